@@ -1,0 +1,21 @@
+//! Formats shared by the streamkeeper operator and worker.
+//!
+//! This crate owns the documents that cross the operator/worker boundary: the worker config the
+//! operator renders, the assignment document that says which pod owns which task, and the
+//! checkpoint manifest a worker writes to S3. It must not depend on Kubernetes or Kafka clients,
+//! so the worker can use it without pulling in the operator's dependencies.
+//!
+//! Every format carries a `version` field; readers refuse versions they do not know instead of
+//! guessing, and each format has a round-trip test.
+
+pub mod assignment;
+pub mod duration;
+pub mod manifest;
+pub mod version;
+pub mod worker_config;
+
+pub use assignment::{AssignmentDocument, TaskAssignment};
+pub use duration::{DurationError, format_go_duration, parse_go_duration};
+pub use manifest::{CheckpointFile, CheckpointManifest};
+pub use version::{FormatError, Versioned};
+pub use worker_config::WorkerConfig;

@@ -1,0 +1,440 @@
+//! The worker config: rendered by the operator into a ConfigMap, read by the worker at start.
+//! The worker never sees the custom resource; everything it needs is here, already validated.
+
+use crate::duration::serde_go;
+use crate::version::{FormatError, Versioned};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkerConfig {
+    pub version: u32,
+    pub job: JobIdentity,
+    pub kafka: KafkaConfig,
+    pub processor: ProcessorConfig,
+    pub state: StateConfig,
+    pub checkpoint: CheckpointConfig,
+    #[serde(default)]
+    pub recovery: RecoveryConfig,
+    #[serde(default)]
+    pub http: HttpConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JobIdentity {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl JobIdentity {
+    /// The `transactional.id` of task `task`: a newer owner of the same task fences an older one.
+    pub fn transactional_id(&self, task: u32) -> String {
+        format!("{}.{}.task-{task}", self.namespace, self.name)
+    }
+
+    /// The consumer group used only to store committed input offsets (never for rebalancing).
+    pub fn group_id(&self) -> String {
+        format!("{}.{}", self.namespace, self.name)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KafkaConfig {
+    pub bootstrap_servers: String,
+    pub input_topic: String,
+    pub output_topic: String,
+    pub changelog_topic: String,
+    pub dead_letter_topic: String,
+    #[serde(default)]
+    pub security: KafkaSecurity,
+    /// A transaction commits when this much time has passed since it began...
+    #[serde(with = "serde_go", default = "default_commit_interval")]
+    pub commit_interval: Duration,
+    /// ...or when it holds this many input records, whichever comes first.
+    #[serde(default = "default_commit_max_records")]
+    pub commit_max_records: u32,
+}
+
+fn default_commit_interval() -> Duration {
+    Duration::from_millis(100)
+}
+
+fn default_commit_max_records() -> u32 {
+    10_000
+}
+
+/// TLS and SASL settings; secrets are files mounted from Kubernetes Secrets, never inline.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KafkaSecurity {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<KafkaTlsFiles>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sasl: Option<KafkaSaslFiles>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KafkaTlsFiles {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KafkaSaslFiles {
+    /// PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+    pub mechanism: String,
+    pub username_file: PathBuf,
+    pub password_file: PathBuf,
+}
+
+// No `deny_unknown_fields` here: serde cannot combine it with `flatten`; the flattened
+// `ProcessorKind` refuses unknown fields instead.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessorConfig {
+    /// JSON field holding the record key.
+    pub key_field: String,
+    /// JSON field holding the event time (epoch milliseconds or RFC 3339); needed by windows and dedup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_field: Option<String>,
+    #[serde(flatten)]
+    pub kind: ProcessorKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase", deny_unknown_fields)]
+pub enum ProcessorKind {
+    Count,
+    #[serde(rename_all = "camelCase")]
+    Aggregate {
+        value_field: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window: Option<WindowConfig>,
+    },
+    #[serde(rename_all = "camelCase")]
+    Dedup {
+        #[serde(with = "serde_go")]
+        ttl: Duration,
+    },
+}
+
+impl ProcessorKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ProcessorKind::Count => "count",
+            ProcessorKind::Aggregate { .. } => "aggregate",
+            ProcessorKind::Dedup { .. } => "dedup",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WindowConfig {
+    #[serde(with = "serde_go")]
+    pub size: Duration,
+    /// Hopping windows advance by less than their size; tumbling windows have no advance.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "optional_go")]
+    pub advance: Option<Duration>,
+    #[serde(with = "serde_go", default)]
+    pub grace: Duration,
+}
+
+mod optional_go {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(duration) => super::serde_go::serialize(duration, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|text| crate::parse_go_duration(&text).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StateConfig {
+    /// Directory on the persistent volume; one RocksDB per task lives below it.
+    pub dir: PathBuf,
+    #[serde(default)]
+    pub rocksdb: RocksDbTuning,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RocksDbTuning {
+    pub block_cache_bytes: u64,
+    pub write_buffer_bytes: u64,
+    pub compression: Compression,
+}
+
+impl Default for RocksDbTuning {
+    fn default() -> Self {
+        Self {
+            block_cache_bytes: 64 << 20,
+            write_buffer_bytes: 32 << 20,
+            compression: Compression::Lz4,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Compression {
+    None,
+    Lz4,
+    Zstd,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CheckpointConfig {
+    #[serde(with = "serde_go")]
+    pub interval: Duration,
+    pub retain: u32,
+    /// No S3 settings: checkpoints are off and restore relies on the changelog alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Config>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct S3Config {
+    pub bucket: String,
+    pub prefix: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    pub region: String,
+    #[serde(default)]
+    pub path_style: bool,
+    /// Directory holding the mounted credentials Secret (files `accessKeyId`, `secretAccessKey`);
+    /// absent means the standard AWS environment and instance credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RecoveryConfig {
+    /// A standby this close to the changelog end may take over a task without a warm-up.
+    pub acceptable_recovery_lag: u64,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        Self {
+            acceptable_recovery_lag: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpConfig {
+    pub listen: String,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            listen: "0.0.0.0:8080".into(),
+        }
+    }
+}
+
+impl Versioned for WorkerConfig {
+    const FORMAT: &'static str = "worker config";
+    const VERSION: u32 = 1;
+
+    fn version(&self) -> u32 {
+        self.version
+    }
+
+    fn check(&self) -> Result<(), FormatError> {
+        let invalid = |field: &str, reason: &str| FormatError::InvalidField {
+            format: Self::FORMAT,
+            field: field.into(),
+            reason: reason.into(),
+        };
+        let required = [
+            ("job.namespace", &self.job.namespace),
+            ("job.name", &self.job.name),
+            ("kafka.bootstrapServers", &self.kafka.bootstrap_servers),
+            ("kafka.inputTopic", &self.kafka.input_topic),
+            ("kafka.outputTopic", &self.kafka.output_topic),
+            ("kafka.changelogTopic", &self.kafka.changelog_topic),
+            ("kafka.deadLetterTopic", &self.kafka.dead_letter_topic),
+            ("processor.keyField", &self.processor.key_field),
+        ];
+        if let Some((field, _)) = required.iter().find(|(_, value)| value.trim().is_empty()) {
+            return Err(invalid(field, "must not be empty"));
+        }
+        if self.kafka.commit_max_records == 0 {
+            return Err(invalid("kafka.commitMaxRecords", "must be at least 1"));
+        }
+        if self.checkpoint.interval < Duration::from_secs(1) {
+            return Err(invalid("checkpoint.interval", "must be at least 1s"));
+        }
+        if self.checkpoint.retain == 0 {
+            return Err(invalid("checkpoint.retain", "must be at least 1"));
+        }
+        let needs_time = match &self.processor.kind {
+            ProcessorKind::Aggregate { window, .. } => {
+                if let Some(window) = window {
+                    check_window(window).map_err(|reason| invalid("processor.window", reason))?;
+                }
+                window.is_some()
+            }
+            ProcessorKind::Dedup { ttl } => {
+                if ttl.is_zero() {
+                    return Err(invalid("processor.ttl", "must be positive"));
+                }
+                true
+            }
+            ProcessorKind::Count => false,
+        };
+        if needs_time && self.processor.time_field.is_none() {
+            return Err(invalid(
+                "processor.timeField",
+                "is required by windows and dedup (they run on event time)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn check_window(window: &WindowConfig) -> Result<(), &'static str> {
+    if window.size.is_zero() {
+        return Err("size must be positive");
+    }
+    match window.advance {
+        Some(advance) if advance.is_zero() || advance > window.size => {
+            Err("advance must be positive and at most the window size")
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample() -> WorkerConfig {
+        WorkerConfig {
+            version: WorkerConfig::VERSION,
+            job: JobIdentity {
+                namespace: "payments".into(),
+                name: "card-counts".into(),
+            },
+            kafka: KafkaConfig {
+                bootstrap_servers: "127.0.0.1:9092".into(),
+                input_topic: "card-events".into(),
+                output_topic: "card-counts".into(),
+                changelog_topic: "payments.card-counts.changelog".into(),
+                dead_letter_topic: "card-counts-dlq".into(),
+                security: KafkaSecurity::default(),
+                commit_interval: Duration::from_millis(100),
+                commit_max_records: 10_000,
+            },
+            processor: ProcessorConfig {
+                key_field: "card".into(),
+                time_field: Some("ts".into()),
+                kind: ProcessorKind::Aggregate {
+                    value_field: "amount".into(),
+                    window: Some(WindowConfig {
+                        size: Duration::from_secs(3600),
+                        advance: Some(Duration::from_secs(600)),
+                        grace: Duration::from_secs(30),
+                    }),
+                },
+            },
+            state: StateConfig {
+                dir: "/var/lib/streamkeeper".into(),
+                rocksdb: RocksDbTuning::default(),
+            },
+            checkpoint: CheckpointConfig {
+                interval: Duration::from_secs(30),
+                retain: 3,
+                s3: Some(S3Config {
+                    bucket: "checkpoints".into(),
+                    prefix: "streamkeeper".into(),
+                    endpoint: Some("http://127.0.0.1:8333".into()),
+                    region: "us-east-1".into(),
+                    path_style: true,
+                    credentials_dir: Some("/etc/streamkeeper/s3".into()),
+                }),
+            },
+            recovery: RecoveryConfig::default(),
+            http: HttpConfig::default(),
+        }
+    }
+
+    #[test]
+    fn round_trips_through_yaml_and_json() {
+        let config = sample();
+        assert_eq!(WorkerConfig::from_yaml(&config.to_yaml()).unwrap(), config);
+        assert_eq!(WorkerConfig::from_json(&config.to_json()).unwrap(), config);
+    }
+
+    #[test]
+    fn refuses_an_unknown_version() {
+        let text = sample().to_yaml().replace("version: 1", "version: 2");
+        let error = WorkerConfig::from_yaml(&text).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                FormatError::UnsupportedVersion {
+                    found: 2,
+                    supported: 1,
+                    ..
+                }
+            ),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn names_the_field_that_is_wrong() {
+        let mut config = sample();
+        config.processor.time_field = None;
+        let error = WorkerConfig::from_yaml(&config.to_yaml()).unwrap_err();
+        assert!(error.to_string().contains("processor.timeField"), "{error}");
+
+        let text = sample()
+            .to_yaml()
+            .replace("interval: 30s", "interval: soon");
+        let error = WorkerConfig::from_yaml(&text).unwrap_err();
+        assert!(error.to_string().contains("soon"), "{error}");
+
+        let text = sample()
+            .to_yaml()
+            .replace("retain: 3", "retain: 3\n  retian: 4");
+        let error = WorkerConfig::from_yaml(&text).unwrap_err();
+        assert!(error.to_string().contains("retian"), "{error}");
+    }
+
+    #[test]
+    fn transactional_id_is_per_task() {
+        assert_eq!(
+            sample().job.transactional_id(3),
+            "payments.card-counts.task-3"
+        );
+    }
+}

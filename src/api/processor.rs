@@ -1,0 +1,106 @@
+//! The processing logic a job runs and the record fields it reads.
+
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+
+/// The processing logic: `count` (running count per key), `aggregate` (count/sum/min/max/mean
+/// per key, optionally per event-time window) or `dedup` (first occurrence per key within a TTL).
+/// Records are JSON objects.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("self.type == 'aggregate' ? has(self.aggregate) : !has(self.aggregate)").message("processor.aggregate is required when processor.type is aggregate, and only then").field_path(".aggregate"))]
+#[x_kube(validation = kube::core::Rule::new("self.type == 'dedup' ? has(self.dedup) : !has(self.dedup)").message("processor.dedup is required when processor.type is dedup, and only then").field_path(".dedup"))]
+#[x_kube(validation = kube::core::Rule::new("(self.type == 'dedup' || (self.type == 'aggregate' && has(self.aggregate) && has(self.aggregate.window))) ? has(self.timeField) : true").message("processor.timeField is required by windows and dedup: they run on event time, never the wall clock").field_path(".timeField"))]
+pub struct ProcessorSpec {
+    /// Which built-in processor runs.
+    #[serde(rename = "type")]
+    pub type_: ProcessorType,
+
+    /// JSON field holding the record key (a string or a number).
+    #[schemars(length(min = 1, max = 256))]
+    pub key_field: String,
+
+    /// JSON field holding the event time (epoch milliseconds or an RFC 3339 string).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub time_field: Option<String>,
+
+    /// Settings of the `aggregate` processor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregate: Option<AggregateSpec>,
+
+    /// Settings of the `dedup` processor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup: Option<DedupSpec>,
+}
+
+/// Built-in processor kinds.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ProcessorType {
+    Count,
+    Aggregate,
+    Dedup,
+}
+
+/// Count, sum, min, max and mean of a numeric field per key.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AggregateSpec {
+    /// JSON field holding the number to aggregate.
+    #[schemars(length(min = 1, max = 256))]
+    pub value_field: String,
+
+    /// Aggregate per event-time window instead of over all time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowSpec>,
+}
+
+/// An event-time window: `tumbling` (back to back, `size` long) or `hopping` (`size` long,
+/// starting every `advance`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("self.type == 'hopping' ? has(self.advance) : !has(self.advance)").message("window.advance is required for hopping windows and not allowed for tumbling ones").field_path(".advance"))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.advance) || (duration(self.advance) > duration('0s') && duration(self.advance) <= duration(self.size))").message("window.advance must be positive and at most window.size").field_path(".advance"))]
+pub struct WindowSpec {
+    /// Window kind.
+    #[serde(rename = "type")]
+    pub type_: WindowType,
+
+    /// Window length (Go duration, e.g. `1h`).
+    #[schemars(length(max = 64), pattern(crate::api::DURATION_PATTERN))]
+    #[x_kube(validation = kube::core::Rule::new("duration(self) >= duration('1ms')").message("window.size must be at least 1ms"))]
+    pub size: String,
+
+    /// Start-to-start distance of hopping windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), pattern(crate::api::DURATION_PATTERN))]
+    pub advance: Option<String>,
+
+    /// How long after a window's end late records are still accepted (by event time).
+    #[serde(default = "default_grace")]
+    #[schemars(length(max = 64), pattern(crate::api::DURATION_PATTERN))]
+    pub grace: String,
+}
+
+fn default_grace() -> String {
+    "0s".into()
+}
+
+/// Window kinds.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum WindowType {
+    Tumbling,
+    Hopping,
+}
+
+/// First occurrence per key within a time-to-live of event time.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DedupSpec {
+    /// A repeat of a key within this much event time of its first occurrence is dropped.
+    #[schemars(length(max = 64), pattern(crate::api::DURATION_PATTERN))]
+    #[x_kube(validation = kube::core::Rule::new("duration(self) >= duration('1ms')").message("dedup.ttl must be at least 1ms"))]
+    pub ttl: String,
+}

@@ -1,0 +1,131 @@
+//! What the operator reports about a job.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use serde::{Deserialize, Serialize};
+
+/// Observed state of a job.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StatefulStreamJobStatus {
+    /// Lifecycle phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<JobPhase>,
+
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Conditions (Ready, Invalid, RetentionSafe, CheckpointStale, RecoveryGap, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+
+    /// Active tasks running / tasks, e.g. `3/4`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_tasks: Option<String>,
+
+    /// Time of the oldest of the tasks' newest checkpoints (the age that matters for recovery).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub newest_checkpoint_time: Option<Time>,
+
+    /// Generation of the current assignment document.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assignment_generation: Option<i64>,
+
+    /// Id of the last restore request that finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_restore_id: Option<String>,
+
+    /// Retention figures the checkpoint settings are checked against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<RetentionStatus>,
+
+    /// One entry per task (input partition).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskStatus>,
+}
+
+/// Job phase: Pending, Restoring, Running, Degraded, Suspended or Failed.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum JobPhase {
+    Pending,
+    Restoring,
+    Running,
+    Degraded,
+    Suspended,
+    Failed,
+}
+
+/// Retention of the input and changelog topics and what it allows.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetentionStatus {
+    /// Input topic `retention.ms`; absent when retention is unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_retention_ms: Option<i64>,
+    /// Input topic `retention.bytes` per partition; absent when unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_retention_bytes: Option<i64>,
+    /// Largest checkpoint age that still lets a task be rebuilt from checkpoint plus input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_safe_checkpoint_age_seconds: Option<i64>,
+    /// Changelog `delete.retention.ms` (how long tombstones are kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changelog_delete_retention_ms: Option<i64>,
+}
+
+/// Observed state of one task.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskStatus {
+    /// Task number (= input partition).
+    pub task: i32,
+    /// Pod running the task actively.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Pods keeping a warm standby copy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub standbys: Vec<String>,
+    /// Task phase as the owner reports it (Created, Restoring, Running, Suspended, Fenced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Records the task's input is behind the partition end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_lag: Option<i64>,
+    /// Progress of a running restore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreProgress>,
+    /// Newest durable checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_checkpoint: Option<TaskCheckpoint>,
+}
+
+/// Progress of a restore.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreProgress {
+    /// Discovery, Download, Replay, CatchUp or Done.
+    pub phase: String,
+    pub records_done: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records_total: Option<i64>,
+    pub bytes_done: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_total: Option<i64>,
+    /// Records per second over the phase so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records_per_second: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_seconds: Option<i64>,
+}
+
+/// A durable checkpoint of a task.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskCheckpoint {
+    /// Sequence number of the checkpoint.
+    pub sequence: i64,
+    pub time: Option<Time>,
+    pub input_offset: i64,
+    pub changelog_offset: i64,
+    pub bytes: i64,
+}

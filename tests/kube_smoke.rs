@@ -1,0 +1,188 @@
+//! Smoke test of the real Kubernetes control plane (tests/services/kube.sh): the CRD installs,
+//! the apiserver refuses the invalid example naming every bad field and accepts the valid ones,
+//! and the StatefulSet controller creates Pods and PVCs from a StatefulSet.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod support;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Client, CustomResourceExt};
+use std::time::Duration;
+use streamkeeper::api::StatefulStreamJob;
+
+async fn client() -> Client {
+    support::kubeconfig();
+    Client::try_default()
+        .await
+        .expect("a client from KUBECONFIG")
+}
+
+async fn install_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = StatefulStreamJob::crd();
+    let name = crd.metadata.name.clone().expect("the CRD has a name");
+    crds.patch(
+        &name,
+        &PatchParams::apply("streamkeeper-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("the apiserver accepts the generated CRD");
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        await_condition(crds, &name, conditions::is_crd_established()),
+    )
+    .await
+    .expect("the CRD becomes established within 30 s")
+    .expect("watching the CRD works");
+}
+
+async fn temporary_namespace(client: &Client, prefix: &str) -> String {
+    let name = support::unique_name(prefix);
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await
+        .expect("namespace created");
+    name
+}
+
+fn example(name: &str) -> StatefulStreamJob {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name);
+    serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn apiserver_validates_stateful_stream_jobs() {
+    let client = client().await;
+    install_crd(&client).await;
+    let namespace = temporary_namespace(&client, "crd-validation").await;
+    let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), &namespace);
+
+    for name in ["card-count.yaml", "device-hourly-mean.yaml", "dedup.yaml"] {
+        let created = jobs
+            .create(&PostParams::default(), &example(name))
+            .await
+            .unwrap_or_else(|e| panic!("{name} must be accepted: {e}"));
+        // Defaults are applied by the apiserver from the schema.
+        assert_eq!(created.spec.kafka.commit_max_records, 10_000, "{name}");
+    }
+
+    let error = jobs
+        .create(&PostParams::default(), &example("invalid.yaml"))
+        .await
+        .expect_err("the invalid example must be refused");
+    let kube::Error::Api(status) = error else {
+        panic!("expected an API refusal, got {error:?}");
+    };
+    assert_eq!(status.code, 422, "{status:?}");
+    for field in [
+        "spec.standbyReplicas",
+        "spec.checkpoint.interval",
+        "spec.processor.timeField",
+        "spec.processor.aggregate.window.advance",
+    ] {
+        assert!(
+            status.message.contains(field),
+            "the refusal names {field}: {}",
+            status.message
+        );
+    }
+
+    // A single bad field is refused on its own, with the rule's message.
+    let mut bad_topic = example("card-count.yaml");
+    bad_topic.metadata.name = Some("bad-topic".into());
+    bad_topic.spec.kafka.input_topic = "not a topic!".into();
+    let error = jobs
+        .create(&PostParams::default(), &bad_topic)
+        .await
+        .expect_err("a topic name with spaces must be refused");
+    assert!(
+        error.to_string().contains("spec.kafka.inputTopic"),
+        "{error}"
+    );
+
+    Api::<Namespace>::all(client)
+        .delete(&namespace, &DeleteParams::default())
+        .await
+        .expect("namespace deleted");
+}
+
+#[tokio::test]
+async fn statefulset_controller_creates_pods_and_claims() {
+    let client = client().await;
+    let namespace = temporary_namespace(&client, "sts-smoke").await;
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &namespace);
+    let set: StatefulSet = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "smoke"},
+        "spec": {
+            "replicas": 2,
+            "serviceName": "smoke",
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": "smoke"}},
+            "template": {
+                "metadata": {"labels": {"app": "smoke"}},
+                "spec": {"containers": [{
+                    "name": "worker",
+                    "image": "streamkeeper/worker:test",
+                    "volumeMounts": [{"name": "state", "mountPath": "/var/lib/streamkeeper"}]
+                }]}
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "state"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+            }]
+        }
+    }))
+    .unwrap();
+    sets.create(&PostParams::default(), &set)
+        .await
+        .expect("StatefulSet created");
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &namespace);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let (pod_names, claim_names) = loop {
+        let pod_names = names(pods.list(&ListParams::default()).await.unwrap().items);
+        let claim_names = names(claims.list(&ListParams::default()).await.unwrap().items);
+        if pod_names.len() == 2 && claim_names.len() == 2 {
+            break (pod_names, claim_names);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the StatefulSet controller did not create 2 pods and 2 claims within 60 s: pods {pod_names:?}, claims {claim_names:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(pod_names, vec!["smoke-0", "smoke-1"]);
+    assert_eq!(claim_names, vec!["state-smoke-0", "state-smoke-1"]);
+    let pod = pods.get("smoke-1").await.unwrap();
+    let volume_claim = pod.spec.unwrap().volumes.unwrap()[0]
+        .persistent_volume_claim
+        .clone()
+        .unwrap();
+    assert_eq!(
+        volume_claim.claim_name, "state-smoke-1",
+        "same pod, same claim"
+    );
+
+    Api::<Namespace>::all(client)
+        .delete(&namespace, &DeleteParams::default())
+        .await
+        .expect("namespace deleted");
+}
+
+fn names<K: kube::Resource>(items: Vec<K>) -> Vec<String> {
+    let mut names: Vec<String> = items.iter().filter_map(|i| i.meta().name.clone()).collect();
+    names.sort();
+    names
+}

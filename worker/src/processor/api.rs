@@ -1,0 +1,104 @@
+//! The [`Processor`] trait: the contract between the exactly-once loop and the logic that
+//! turns records into state changes and output. Implement it to build a worker with custom
+//! logic; the built-in processors implement it the same way.
+
+use super::codec::StateCodecError;
+use super::decode::DecodeError;
+use super::record::{InputRecord, ProcessOutput};
+use super::state::{StateAccess, StateError};
+
+/// Why processing a record failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The record itself is bad: dead-letter it and go on. Returned before any state write,
+    /// so the overlay holds nothing of this record.
+    #[error("bad record: {0}")]
+    BadRecord(#[from] DecodeError),
+    /// The state backend failed: abort the batch (its transaction and overlay) and retry.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// A stored value or key is not in a format this worker reads: stop the task rather than
+    /// overwrite state it does not understand.
+    #[error("state at key {key} is unreadable")]
+    CorruptState {
+        /// The state key, escaped for display.
+        key: String,
+        /// What is wrong with it.
+        #[source]
+        source: StateCodecError,
+    },
+    /// The processor needs event time but the record has none (no time field configured).
+    /// A configuration error, caught when the processor is built; kept as a typed error so
+    /// a custom processor can report it too.
+    #[error("processor `{processor}` needs event time but no time field is configured")]
+    NoEventTime {
+        /// The processor kind.
+        processor: &'static str,
+    },
+    /// An output value could not be serialised.
+    #[error("could not encode output: {0}")]
+    Encode(#[source] serde_json::Error),
+    /// A custom processor's own failure; fatal for the batch, like [`ProcessError::State`].
+    #[error("processor failed: {0}")]
+    Custom(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl ProcessError {
+    /// A stable category for metrics labels and logs.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ProcessError::BadRecord(_) => "bad_record",
+            ProcessError::State(_) => "state_backend",
+            ProcessError::CorruptState { .. } => "corrupt_state",
+            ProcessError::NoEventTime { .. } => "no_event_time",
+            ProcessError::Encode(_) => "encode",
+            ProcessError::Custom(_) => "custom",
+        }
+    }
+
+    /// The decode error when the record should go to the dead-letter topic; `None` when the
+    /// failure is not the record's fault and the batch must be aborted instead.
+    pub fn as_bad_record(&self) -> Option<&DecodeError> {
+        match self {
+            ProcessError::BadRecord(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// A [`ProcessError::CorruptState`] for `key`.
+    pub fn corrupt(key: &[u8], source: StateCodecError) -> Self {
+        ProcessError::CorruptState {
+            key: key.escape_ascii().to_string(),
+            source,
+        }
+    }
+}
+
+/// Logic applied to each record of a task.
+///
+/// The loop calls [`Processor::process`] once per decoded record, in input offset order,
+/// with the task's state view; it produces the returned output and every state change the
+/// call recorded in one Kafka transaction.
+///
+/// Rules an implementation must follow so that recovery is exact:
+/// - **Deterministic.** The same record against the same state gives the same state changes
+///   and output, byte for byte. Use the record's event time, never the wall clock, random
+///   numbers, or iteration order of hash maps.
+/// - **All state in `state`.** `process` takes `&self`: anything kept in the processor
+///   itself would be lost on restore and missing on a promoted standby.
+/// - **Full values.** `put` a key's complete new value; the changelog carries it as is.
+/// - **Validate before writing.** Return [`ProcessError::BadRecord`] before the first
+///   write, since the record is then skipped while the rest of the batch commits. Any other
+///   error aborts the whole batch, so partial writes before it do no harm.
+pub trait Processor: Send + Sync {
+    /// A stable name of the logic and its state layout (`count`, `aggregate`, `dedup`),
+    /// recorded in checkpoint manifests so a checkpoint is never restored into different logic.
+    fn kind(&self) -> &'static str;
+
+    /// Applies one record.
+    fn process(
+        &self,
+        record: &InputRecord<'_>,
+        state: &mut dyn StateAccess,
+    ) -> Result<ProcessOutput, ProcessError>;
+}

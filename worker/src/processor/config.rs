@@ -1,0 +1,273 @@
+//! The processor selection of a job, as a plain serde type, and its validation into a
+//! ready [`Processor`]. The shared contract's worker config maps onto this type; nothing
+//! here reads the raw spec of the custom resource.
+//!
+//! JSON form:
+//! ```json
+//! {"key_field": "user", "time_field": "ts",
+//!  "processor": {"kind": "aggregate", "value_field": "amount",
+//!                "window": {"type": "hopping", "size_ms": 60000, "advance_ms": 20000},
+//!                "grace_ms": 5000}}
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use super::aggregate::AggregateProcessor;
+use super::api::Processor;
+use super::count::CountProcessor;
+use super::decode::RecordDecoder;
+use super::dedup::{DedupProcessor, TtlError};
+use super::window::{WindowAssigner, WindowError};
+
+/// Which processor a job runs and which fields of the input it reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessorConfig {
+    /// Top-level field holding the grouping key (string or number).
+    pub key_field: String,
+    /// Top-level field holding the event time (epoch millis or RFC 3339). Required by
+    /// windowed `aggregate` and by `dedup`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_field: Option<String>,
+    /// The processor.
+    pub processor: ProcessorKind,
+}
+
+/// The built-in processors.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ProcessorKind {
+    /// Running count per key. Braced (not a unit variant) so that serde rejects unknown
+    /// fields in it like in the other kinds.
+    Count {},
+    /// Count, sum, min, max, mean of `value_field` per key (and window).
+    Aggregate {
+        /// Top-level numeric field to aggregate.
+        value_field: String,
+        /// Optional event-time window.
+        #[serde(default)]
+        window: WindowSpec,
+        /// How long after a window's end (in stream time) records are still accepted.
+        #[serde(default)]
+        grace_ms: u64,
+    },
+    /// First occurrence per key within `ttl_ms` of event time.
+    Dedup {
+        /// How long (event time) a key stays seen.
+        ttl_ms: u64,
+    },
+}
+
+/// The window of an `aggregate`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum WindowSpec {
+    /// All time, no window.
+    #[default]
+    None,
+    /// Non-overlapping windows of `size_ms`, aligned to the epoch.
+    Tumbling {
+        /// Window length.
+        size_ms: u64,
+    },
+    /// Windows of `size_ms` every `advance_ms` (`size_ms` a multiple of `advance_ms`).
+    Hopping {
+        /// Window length.
+        size_ms: u64,
+        /// Distance between window starts.
+        advance_ms: u64,
+    },
+}
+
+/// Why a processor configuration is invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A field name is empty.
+    #[error("`{0}` must not be empty")]
+    EmptyField(&'static str),
+    /// The processor needs event time and `time_field` is not set.
+    #[error("processor `{0}` needs `time_field`")]
+    NeedsTimeField(&'static str),
+    /// `grace_ms` was set on an unwindowed aggregate, where it means nothing.
+    #[error("`grace_ms` only applies to a windowed aggregate")]
+    GraceWithoutWindow,
+    /// Invalid window or grace.
+    #[error(transparent)]
+    Window(#[from] WindowError),
+    /// Invalid dedup TTL.
+    #[error(transparent)]
+    Ttl(#[from] TtlError),
+}
+
+impl ProcessorConfig {
+    /// The decoder for this configuration's fields.
+    pub fn decoder(&self) -> RecordDecoder {
+        RecordDecoder::new(self.key_field.clone(), self.time_field.clone())
+    }
+
+    /// Validates the configuration and builds its processor.
+    pub fn build_processor(&self) -> Result<Box<dyn Processor>, ConfigError> {
+        if self.key_field.is_empty() {
+            return Err(ConfigError::EmptyField("key_field"));
+        }
+        if self.time_field.as_deref() == Some("") {
+            return Err(ConfigError::EmptyField("time_field"));
+        }
+        let has_time = self.time_field.is_some();
+        match &self.processor {
+            ProcessorKind::Count {} => Ok(Box::new(CountProcessor)),
+            ProcessorKind::Aggregate {
+                value_field,
+                window,
+                grace_ms,
+            } => {
+                if value_field.is_empty() {
+                    return Err(ConfigError::EmptyField("value_field"));
+                }
+                let assigner = match *window {
+                    WindowSpec::None if *grace_ms > 0 => {
+                        return Err(ConfigError::GraceWithoutWindow);
+                    }
+                    WindowSpec::None => {
+                        return Ok(Box::new(AggregateProcessor::unwindowed(
+                            value_field.clone(),
+                        )));
+                    }
+                    WindowSpec::Tumbling { size_ms } => WindowAssigner::tumbling(size_ms)?,
+                    WindowSpec::Hopping {
+                        size_ms,
+                        advance_ms,
+                    } => WindowAssigner::hopping(size_ms, advance_ms)?,
+                };
+                if !has_time {
+                    return Err(ConfigError::NeedsTimeField("aggregate"));
+                }
+                let p = AggregateProcessor::windowed(value_field.clone(), assigner, *grace_ms)?;
+                Ok(Box::new(p))
+            }
+            ProcessorKind::Dedup { ttl_ms } => {
+                if !has_time {
+                    return Err(ConfigError::NeedsTimeField("dedup"));
+                }
+                Ok(Box::new(DedupProcessor::new(*ttl_ms)?))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> ProcessorConfig {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn documented_json_form_parses_and_round_trips() {
+        let c = parse(
+            r#"{"key_field":"user","time_field":"ts","processor":{"kind":"aggregate",
+                "value_field":"amount","window":{"type":"hopping","size_ms":60000,
+                "advance_ms":20000},"grace_ms":5000}}"#,
+        );
+        assert_eq!(
+            c.processor,
+            ProcessorKind::Aggregate {
+                value_field: "amount".into(),
+                window: WindowSpec::Hopping {
+                    size_ms: 60_000,
+                    advance_ms: 20_000
+                },
+                grace_ms: 5_000
+            }
+        );
+        let back: ProcessorConfig =
+            serde_json::from_slice(&serde_json::to_vec(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(c.build_processor().unwrap().kind(), "aggregate");
+    }
+
+    #[test]
+    fn defaults_and_other_kinds() {
+        let c = parse(r#"{"key_field":"k","processor":{"kind":"count"}}"#);
+        assert_eq!(c.time_field, None);
+        assert_eq!(c.processor, ProcessorKind::Count {});
+        assert_eq!(
+            serde_json::to_string(&c.processor).unwrap(),
+            r#"{"kind":"count"}"#
+        );
+        assert_eq!(c.build_processor().unwrap().kind(), "count");
+        let c = parse(r#"{"key_field":"k","processor":{"kind":"aggregate","value_field":"v"}}"#);
+        assert_eq!(
+            c.processor,
+            ProcessorKind::Aggregate {
+                value_field: "v".into(),
+                window: WindowSpec::None,
+                grace_ms: 0
+            }
+        );
+        assert!(
+            c.build_processor().is_ok(),
+            "unwindowed aggregate needs no time field"
+        );
+        let c =
+            parse(r#"{"key_field":"k","time_field":"t","processor":{"kind":"dedup","ttl_ms":5}}"#);
+        assert_eq!(c.build_processor().unwrap().kind(), "dedup");
+    }
+
+    #[test]
+    fn unknown_fields_and_kinds_are_rejected() {
+        let bad = [
+            r#"{"key_field":"k","processor":{"kind":"sum"}}"#,
+            r#"{"key_field":"k","processor":{"kind":"count","extra":1}}"#,
+            r#"{"key_field":"k","processor":{"kind":"count"},"extra":1}"#,
+            r#"{"key_field":"k","processor":{"kind":"dedup"}}"#,
+            r#"{"key_field":"k","processor":{"kind":"aggregate","value_field":"v","window":{"type":"session"}}}"#,
+        ];
+        for json in bad {
+            assert!(
+                serde_json::from_str::<ProcessorConfig>(json).is_err(),
+                "{json}"
+            );
+        }
+    }
+
+    #[test]
+    fn invalid_configs_say_why() {
+        let err = |json: &str| parse(json).build_processor().err().unwrap();
+        assert_eq!(
+            err(r#"{"key_field":"","processor":{"kind":"count"}}"#),
+            ConfigError::EmptyField("key_field")
+        );
+        assert_eq!(
+            err(r#"{"key_field":"k","processor":{"kind":"dedup","ttl_ms":5}}"#),
+            ConfigError::NeedsTimeField("dedup")
+        );
+        assert_eq!(
+            err(
+                r#"{"key_field":"k","processor":{"kind":"aggregate","value_field":"v","window":{"type":"tumbling","size_ms":10}}}"#
+            ),
+            ConfigError::NeedsTimeField("aggregate")
+        );
+        assert_eq!(
+            err(
+                r#"{"key_field":"k","processor":{"kind":"aggregate","value_field":"v","grace_ms":5}}"#
+            ),
+            ConfigError::GraceWithoutWindow
+        );
+        assert_eq!(
+            err(
+                r#"{"key_field":"k","time_field":"t","processor":{"kind":"aggregate","value_field":"v","window":{"type":"hopping","size_ms":10,"advance_ms":4}}}"#
+            ),
+            ConfigError::Window(WindowError::NotAMultiple {
+                size_ms: 10,
+                advance_ms: 4
+            })
+        );
+        assert_eq!(
+            err(r#"{"key_field":"k","time_field":"t","processor":{"kind":"dedup","ttl_ms":0}}"#),
+            ConfigError::Ttl(TtlError(0))
+        );
+    }
+}

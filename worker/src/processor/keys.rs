@@ -1,0 +1,211 @@
+//! The state key layout of the built-in processors.
+//!
+//! A key is one ASCII tag byte naming its space, then fixed-width parts, then the record
+//! key's UTF-8 bytes last (so no separator or escaping is needed: everything before it has
+//! a fixed width). Times inside keys use [`encode_ordered`], so byte order equals time order
+//! and "every window starting at or before T" or "every entry expiring at or before T" is one
+//! range scan from the start of the space.
+//!
+//! | tag | space                    | key                                   | value          |
+//! |-----|--------------------------|---------------------------------------|----------------|
+//! | `c` | count per key            | `c` key                               | `CountState`   |
+//! | `a` | unwindowed aggregate     | `a` key                               | `AggState`     |
+//! | `w` | windowed aggregate       | `w` start(8, ordered) key             | `AggState`     |
+//! | `d` | dedup first-seen         | `d` key                               | `DedupState`   |
+//! | `x` | dedup expiry index       | `x` expiry(8, ordered) key            | `Marker`       |
+//! | `m` | task metadata            | `m` `stream_time`                     | time           |
+
+use super::codec::StateCodecError;
+
+/// Tag of the count space.
+pub const COUNT: u8 = b'c';
+/// Tag of the unwindowed aggregate space.
+pub const AGGREGATE: u8 = b'a';
+/// Tag of the windowed aggregate space.
+pub const WINDOW: u8 = b'w';
+/// Tag of the dedup first-seen space.
+pub const DEDUP: u8 = b'd';
+/// Tag of the dedup expiry index.
+pub const EXPIRY: u8 = b'x';
+
+/// The key holding the task's stream time (max event time seen).
+pub const STREAM_TIME: &[u8] = b"mstream_time";
+
+/// Encodes an `i64` so that unsigned byte order equals signed numeric order: flip the sign
+/// bit, big-endian. Negative event times (before 1970) therefore sort first.
+pub fn encode_ordered(v: i64) -> [u8; 8] {
+    ((v as u64) ^ (1u64 << 63)).to_be_bytes()
+}
+
+/// Inverse of [`encode_ordered`].
+pub fn decode_ordered(b: [u8; 8]) -> i64 {
+    (u64::from_be_bytes(b) ^ (1u64 << 63)) as i64
+}
+
+fn tagged(tag: u8, key: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + key.len());
+    out.push(tag);
+    out.extend_from_slice(key.as_bytes());
+    out
+}
+
+fn tagged_time(tag: u8, ms: i64, key: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9 + key.len());
+    out.push(tag);
+    out.extend_from_slice(&encode_ordered(ms));
+    out.extend_from_slice(key.as_bytes());
+    out
+}
+
+/// Splits a `tag time key` state key.
+fn split_tagged_time(tag: u8, raw: &[u8]) -> Result<(i64, String), StateCodecError> {
+    let (&found, rest) = raw
+        .split_first()
+        .ok_or(StateCodecError::BadKey { why: "empty key" })?;
+    if found != tag {
+        return Err(StateCodecError::BadKey {
+            why: "unexpected tag",
+        });
+    }
+    let (time, key) = rest
+        .split_first_chunk::<8>()
+        .ok_or(StateCodecError::BadKey {
+            why: "shorter than tag + time",
+        })?;
+    let key = String::from_utf8(key.to_vec()).map_err(|_| StateCodecError::BadKey {
+        why: "record key is not UTF-8",
+    })?;
+    Ok((decode_ordered(*time), key))
+}
+
+/// The range `[from, to)` of every `tag time ..` key with time `<= upto`.
+fn range_upto(tag: u8, upto: i64) -> (Vec<u8>, Vec<u8>) {
+    let from = vec![tag];
+    let to = match upto.checked_add(1) {
+        Some(next) => {
+            let mut to = vec![tag];
+            to.extend_from_slice(&encode_ordered(next));
+            to
+        }
+        // Everything in the space: the next tag is an exclusive upper bound.
+        None => vec![tag.saturating_add(1)],
+    };
+    (from, to)
+}
+
+/// `c` key.
+pub fn count_key(key: &str) -> Vec<u8> {
+    tagged(COUNT, key)
+}
+
+/// `a` key.
+pub fn aggregate_key(key: &str) -> Vec<u8> {
+    tagged(AGGREGATE, key)
+}
+
+/// `w` start key.
+pub fn window_key(start_ms: i64, key: &str) -> Vec<u8> {
+    tagged_time(WINDOW, start_ms, key)
+}
+
+/// (window start, record key) of a `w` key.
+pub fn decode_window_key(raw: &[u8]) -> Result<(i64, String), StateCodecError> {
+    split_tagged_time(WINDOW, raw)
+}
+
+/// Scan range of every window starting at or before `upto`.
+pub fn windows_starting_upto(upto: i64) -> (Vec<u8>, Vec<u8>) {
+    range_upto(WINDOW, upto)
+}
+
+/// `d` key.
+pub fn dedup_key(key: &str) -> Vec<u8> {
+    tagged(DEDUP, key)
+}
+
+/// `x` expiry key.
+pub fn expiry_key(expiry_ms: i64, key: &str) -> Vec<u8> {
+    tagged_time(EXPIRY, expiry_ms, key)
+}
+
+/// (expiry, record key) of an `x` key.
+pub fn decode_expiry_key(raw: &[u8]) -> Result<(i64, String), StateCodecError> {
+    split_tagged_time(EXPIRY, raw)
+}
+
+/// Scan range of every expiry index entry at or before `upto`.
+pub fn expiring_upto(upto: i64) -> (Vec<u8>, Vec<u8>) {
+    range_upto(EXPIRY, upto)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn window_key_layout_is_documented_bytes() {
+        assert_eq!(
+            window_key(0, "k"),
+            vec![b'w', 0x80, 0, 0, 0, 0, 0, 0, 0, b'k']
+        );
+        assert_eq!(count_key("ab"), b"cab".to_vec());
+        assert_eq!(dedup_key(""), b"d".to_vec());
+    }
+
+    #[test]
+    fn malformed_keys_are_typed_errors() {
+        assert!(matches!(
+            decode_window_key(b""),
+            Err(StateCodecError::BadKey { .. })
+        ));
+        assert!(matches!(
+            decode_window_key(b"w123"),
+            Err(StateCodecError::BadKey { .. })
+        ));
+        assert!(matches!(
+            decode_window_key(&expiry_key(1, "k")),
+            Err(StateCodecError::BadKey { .. })
+        ));
+        let mut bad = window_key(5, "");
+        bad.push(0xff);
+        assert!(matches!(
+            decode_window_key(&bad),
+            Err(StateCodecError::BadKey { .. })
+        ));
+    }
+
+    #[test]
+    fn range_upto_max_covers_the_whole_space() {
+        let (from, to) = windows_starting_upto(i64::MAX);
+        let k = window_key(i64::MAX, "zzz");
+        assert!(from.as_slice() <= k.as_slice() && k.as_slice() < to.as_slice());
+    }
+
+    proptest! {
+        #[test]
+        fn ordered_encoding_preserves_order(a in any::<i64>(), b in any::<i64>()) {
+            prop_assert_eq!(a.cmp(&b), encode_ordered(a).cmp(&encode_ordered(b)));
+            prop_assert_eq!(decode_ordered(encode_ordered(a)), a);
+        }
+
+        #[test]
+        fn window_keys_round_trip_and_sort_by_start(
+            s1 in any::<i64>(), s2 in any::<i64>(), k1 in ".{0,8}", k2 in ".{0,8}"
+        ) {
+            prop_assert_eq!(decode_window_key(&window_key(s1, &k1)), Ok((s1, k1.clone())));
+            if s1 < s2 {
+                prop_assert!(window_key(s1, &k1) < window_key(s2, &k2));
+            }
+        }
+
+        #[test]
+        fn range_upto_contains_exactly_the_earlier_times(t in any::<i64>(), upto in any::<i64>(), k in ".{0,8}") {
+            let (from, to) = expiring_upto(upto);
+            let key = expiry_key(t, &k);
+            let inside = from.as_slice() <= key.as_slice() && key.as_slice() < to.as_slice();
+            prop_assert_eq!(inside, t <= upto);
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! Pure record processing for a task: decoding, the `Processor` trait, the built-in
+//! processors (`count`, `aggregate`, `dedup`) and the state encodings they use.
+//!
+//! This module owns *what* a record does to a task's state and output. It must not touch
+//! Kafka, RocksDB, the clock or the network: the exactly-once loop hands each record a
+//! [`StateAccess`] (its uncommitted overlay over RocksDB) and produces the returned output
+//! and the recorded state changes in one transaction. Because the same input against the
+//! same state must always give the same changes and output (replay after a crash, standby
+//! promotion), processors use event time only, never the wall clock.
+//!
+//! Layout: [`api`] (the trait and its errors), [`record`] (input/output types), [`decode`]
+//! (JSON → [`InputRecord`]), [`config`] (the processor selection), [`state`] (the state access
+//! trait and an in-memory implementation), [`keys`] and [`codec`] (stable state encodings),
+//! [`window`] (window assignment math), [`stream_time`], and one module per built-in processor.
+//! [`pipeline`] ties a decoder and a processor together for the loop.
+
+pub mod aggregate;
+pub mod api;
+pub mod codec;
+pub mod config;
+pub mod count;
+pub mod decode;
+pub mod dedup;
+pub mod keys;
+pub mod pipeline;
+pub mod record;
+pub mod rfc3339;
+pub mod state;
+pub mod stream_time;
+pub mod window;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod aggregate_tests;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod determinism_tests;
+
+pub use aggregate::AggregateProcessor;
+pub use api::{ProcessError, Processor};
+pub use codec::{AggState, CountState, DedupState, Marker, STATE_FORMAT_VERSION, StateCodecError};
+pub use config::{ConfigError, ProcessorConfig, ProcessorKind, WindowSpec};
+pub use count::CountProcessor;
+pub use decode::{DecodeError, MAX_ABS_EVENT_TIME_MS, RecordDecoder};
+pub use dedup::DedupProcessor;
+pub use pipeline::Pipeline;
+pub use record::{DropReason, InputRecord, OutputRecord, ProcessOutput};
+pub use state::{Entry, MemoryState, StateAccess, StateError};
+pub use window::{Window, WindowAssigner, WindowError};

@@ -1,0 +1,82 @@
+//! The records a processor consumes and produces, and what it reports besides output.
+
+use serde_json::{Map, Value};
+
+/// One decoded input record. Built by [`super::RecordDecoder`]; a processor never sees a
+/// record that failed decoding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputRecord<'a> {
+    /// The grouping key, read from the configured key field (numbers in their JSON text form).
+    pub key: String,
+    /// The whole JSON object.
+    pub value: Map<String, Value>,
+    /// The exact bytes the object was decoded from (so a pass-through processor such as
+    /// `dedup` emits the input unchanged, not a re-serialisation).
+    pub raw: &'a [u8],
+    /// Input partition (= task id).
+    pub partition: i32,
+    /// Offset in the input partition.
+    pub offset: i64,
+    /// Event time in epoch millis, when a time field is configured.
+    pub event_time_ms: Option<i64>,
+}
+
+/// One record to produce to the output topic, in the same transaction as the state changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputRecord {
+    /// Kafka record key.
+    pub key: Vec<u8>,
+    /// Kafka record value.
+    pub value: Vec<u8>,
+}
+
+/// Why an input record changed nothing and produced nothing. Counted as a metric by the
+/// loop (`DropReason::as_str` is the label); never an error, the task goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// Too old for the stream time: every window of the record was already closed (end +
+    /// grace <= stream time), or a dedup record expired on arrival (t + ttl <= stream time).
+    Late,
+    /// A repeat of a key seen within the dedup TTL.
+    Duplicate,
+}
+
+impl DropReason {
+    /// Stable label for metrics and logs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DropReason::Late => "late",
+            DropReason::Duplicate => "duplicate",
+        }
+    }
+}
+
+/// What processing one record produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessOutput {
+    /// Output records, in the order they must be produced.
+    pub records: Vec<OutputRecord>,
+    /// Set when the record as a whole was dropped.
+    pub dropped: Option<DropReason>,
+    /// Windows this record was too late for (with hopping windows a record can be late for
+    /// its oldest windows and still update the newer ones). Counted by the late-records metric.
+    pub late_windows: u32,
+}
+
+impl ProcessOutput {
+    /// Output that just emits `records`.
+    pub fn emit(records: Vec<OutputRecord>) -> Self {
+        Self {
+            records,
+            ..Self::default()
+        }
+    }
+
+    /// Output for a dropped record.
+    pub fn dropped(reason: DropReason) -> Self {
+        Self {
+            dropped: Some(reason),
+            ..Self::default()
+        }
+    }
+}
