@@ -2,4 +2,6 @@
 //! changelog topics and checkpoint settings, and keeps their state exact through failures.
 
 pub mod api;
+pub mod controller;
 pub mod crd;
+pub mod retention;

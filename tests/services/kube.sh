@@ -6,7 +6,7 @@
 #   tests/services/kube.sh install   build (or reuse) the binaries
 #   tests/services/kube.sh start     install, start, wait until ready, print the kubeconfig path
 #   tests/services/kube.sh stop      stop exactly what start started
-#   tests/services/kube.sh env       print KUBECONFIG=... for eval
+#   tests/services/kube.sh env       print KUBECONFIG=... and SK_KUBE_BIN=... (one VAR=value a line)
 source "$(dirname "$0")/lib.sh"
 
 KUBE_VERSION="${SK_KUBE_VERSION:-v1.34.4}"
@@ -168,6 +168,6 @@ case "${1:-}" in
   install) install ;;
   start) start ;;
   stop) stop ;;
-  env) echo "KUBECONFIG=$KUBECONFIG_FILE"; echo "PATH=$BIN:\$PATH" ;;
+  env) echo "KUBECONFIG=$KUBECONFIG_FILE"; echo "SK_KUBE_BIN=$BIN" ;;
   *) die "usage: $0 install|start|stop|env" ;;
 esac

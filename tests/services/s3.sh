@@ -18,7 +18,8 @@ WEED="$VENV/bin/weed"
 STAMP="$SK_CACHE/seaweedfs/$SEAWEEDFS_VERSION/installed"
 STATE="$SK_RUN/s3"
 PIDFILE="$STATE/weed.pid"
-LOG="$STATE/weed.log"
+LOG="$STATE/weed.log"       # stdout/stderr of weed
+GLOG_DIR="$STATE/logs"      # weed.INFO, weed.WARNING, weed.ERROR (glog; /tmp unless told)
 S3_PORT="${SK_S3_PORT:-18333}"
 # Off weed's defaults (9333, 9340, 8888, 23646) so a stray SeaweedFS does not clash; each gRPC
 # port follows weed's own rule, the HTTP port + 10000. The admin server runs even with its UI off.
@@ -78,7 +79,7 @@ s3_curl() {
 # One readiness probe: the S3 port answers and accepts a signed request (list buckets). Gives up
 # on the whole start at once if weed has exited.
 ready() {
-  running || die "SeaweedFS exited during startup; see $LOG" 2>&"$ERR_FD"
+  running || die "SeaweedFS exited during startup; see $LOG and $GLOG_DIR/weed.ERROR" 2>&"$ERR_FD"
   port_answers "$S3_PORT" || return 1
   [[ $(s3_curl -o /dev/null -w '%{http_code}' "$ENDPOINT/") == 200 ]]
 }
@@ -93,11 +94,13 @@ make_bucket() {
 
 launch_weed() {
   local port
-  # weed mini silently moves to another port when one is busy: refuse to start instead.
+  # weed mini moves a busy port it was not told about elsewhere without a word (4.48 exits when a
+  # port set by flag is busy): refuse to start on any busy port, and check S3 answers on ours.
   for port in "$S3_PORT" "$MASTER_PORT" "$VOLUME_PORT" "$FILER_PORT" "$ADMIN_PORT"; do
     require_free_port "$port"; require_free_port $(( port + 10000 ))
   done
-  nohup "$WEED" mini -dir="$STATE/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+  mkdir -p "$GLOG_DIR"
+  nohup "$WEED" -logdir="$GLOG_DIR" mini -dir="$STATE/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
     -s3.config="$STATE/s3.json" -s3.port="$S3_PORT" -s3.port.iceberg=0 -s3.port.lance=0 \
     -s3.localSocket="$STATE/s3.sock" -filer.localSocket="$STATE/filer.sock" \
     -master.port="$MASTER_PORT" -volume.port="$VOLUME_PORT" -filer.port="$FILER_PORT" \
@@ -106,13 +109,13 @@ launch_weed() {
     >> "$LOG" 2>&1 {ERR_FD}>&- &
   echo $! > "$PIDFILE"
   wait_until 90 "SeaweedFS $SEAWEEDFS_VERSION S3" ready \
-    || die "SeaweedFS did not answer signed S3 requests on $ENDPOINT within 90 s (if another port was picked, something else holds $S3_PORT); see $LOG"
+    || die "SeaweedFS did not answer signed S3 requests on $ENDPOINT within 90 s; see $LOG and $GLOG_DIR/weed.INFO"
   wait_until 60 "bucket $BUCKET" make_bucket \
-    || die "could not create bucket $BUCKET on $ENDPOINT (last answer in $STATE/make-bucket.out); see $LOG"
+    || die "could not create bucket $BUCKET on $ENDPOINT (last answer in $STATE/make-bucket.out); see $GLOG_DIR/weed.INFO"
   local anonymous
   anonymous=$(curl -s --max-time 10 -o /dev/null -w '%{http_code}' "$ENDPOINT/$BUCKET?list-type=2")
   [[ $anonymous == 403 ]] \
-    || die "an anonymous request to $ENDPOINT/$BUCKET got HTTP $anonymous instead of 403; see $LOG"
+    || die "an anonymous request to $ENDPOINT/$BUCKET got HTTP $anonymous instead of 403; see $GLOG_DIR/weed.INFO"
 }
 
 start() {
@@ -127,9 +130,21 @@ start() {
   echo "$ENDPOINT"
 }
 
+# Stops weed, then removes the gRPC unix sockets it keeps in /tmp under our ports (4.48 leaves the
+# S3 and admin ones behind).
+stop_weed() {
+  stop_pidfile "$PIDFILE" weed
+  local name port
+  for name in master:$MASTER_PORT volume:$VOLUME_PORT filer:$FILER_PORT s3:$S3_PORT admin:$ADMIN_PORT; do
+    port=$(( ${name#*:} + 10000 ))
+    port_is_free "$port" && rm -f "/tmp/seaweedfs-${name%%:*}-grpc-$port.sock"
+  done
+  return 0
+}
+
 pause() {
   running || die "SeaweedFS is not running (nothing to pause)"
-  stop_pidfile "$PIDFILE" weed
+  stop_weed
 }
 
 resume() {
@@ -145,7 +160,7 @@ resume() {
 }
 
 stop() {
-  stop_pidfile "$PIDFILE" weed
+  stop_weed
 }
 
 case "${1:-}" in

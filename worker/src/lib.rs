@@ -1,6 +1,17 @@
 //! The streamkeeper worker: exactly-once stateful processing of Kafka records.
 //!
-//! `processor` holds the pure processing logic (decoding, the built-in processors, state
-//! encodings) behind the [`processor::Processor`] trait; it knows nothing of Kafka or RocksDB.
+//! - `processor`: the pure processing logic (decoding, built-in processors, state encodings)
+//!   behind the [`processor::Processor`] trait; knows nothing of Kafka or RocksDB.
+//! - `store`: a task's local state (RocksDB) and its crash safety.
+//! - `task`: a task's restore and exactly-once loop; `standalone`: every partition in one process.
+//! - `http`, `metrics`, `status`: what the worker exposes.
 
+pub mod failpoint;
+pub mod http;
+pub mod kafka_client;
+pub mod metrics;
 pub mod processor;
+pub mod standalone;
+pub mod status;
+pub mod store;
+pub mod task;

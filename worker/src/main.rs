@@ -1,9 +1,9 @@
 //! `streamkeeper-worker`: the worker binary.
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use streamkeeper_contract::{Versioned, WorkerConfig};
+use streamkeeper_contract::{FormatError, Versioned, WorkerConfig};
 
 /// The streamkeeper worker: exactly-once stateful processing on RocksDB with a Kafka changelog.
 #[derive(Parser, Debug)]
@@ -15,32 +15,123 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Read and check a worker config file (the one the operator renders), then print it back
-    /// normalized. Exits non-zero with a message naming the bad field.
-    CheckConfig {
-        /// Path of the worker config (YAML or JSON).
-        #[arg(long, env = "STREAMKEEPER_CONFIG")]
-        config: PathBuf,
+    /// Run every partition of the job as active tasks in this process (standalone mode).
+    Run(RunArgs),
+    /// Read and check a worker config file, then print it back normalized. Exits non-zero with
+    /// a message naming the bad field.
+    CheckConfig(ConfigArgs),
+}
+
+#[derive(Args, Debug)]
+struct ConfigArgs {
+    /// Worker config (YAML or JSON), as the operator renders it.
+    #[arg(long, env = "STREAMKEEPER_CONFIG")]
+    config: PathBuf,
+    /// Override `state.dir`: where each task's RocksDB lives (the persistent volume).
+    #[arg(long, env = "STREAMKEEPER_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Override `http.listen`: address of /healthz, /readyz, /metrics and /v1/tasks.
+    #[arg(long, env = "STREAMKEEPER_HTTP_LISTEN")]
+    http_listen: Option<String>,
+    /// Override `kafka.bootstrapServers`.
+    #[arg(long, env = "STREAMKEEPER_KAFKA_BOOTSTRAP")]
+    kafka_bootstrap: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    #[command(flatten)]
+    config: ConfigArgs,
+    /// Log format: `json` in clusters, `text` for people.
+    #[arg(long, env = "STREAMKEEPER_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Json,
+    Text,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum LoadError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
     },
+    #[error("{path}: {source}")]
+    Format {
+        path: String,
+        #[source]
+        source: FormatError,
+    },
+}
+
+fn load(args: &ConfigArgs) -> Result<WorkerConfig, LoadError> {
+    let path = args.config.display().to_string();
+    let text = std::fs::read_to_string(&args.config).map_err(|source| LoadError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let mut config = WorkerConfig::from_yaml(&text).map_err(|source| LoadError::Format {
+        path: path.clone(),
+        source,
+    })?;
+    if let Some(dir) = &args.state_dir {
+        config.state.dir = dir.clone();
+    }
+    if let Some(listen) = &args.http_listen {
+        config.http.listen = listen.clone();
+    }
+    if let Some(bootstrap) = &args.kafka_bootstrap {
+        config.kafka.bootstrap_servers = bootstrap.clone();
+    }
+    config
+        .check()
+        .map_err(|source| LoadError::Format { path, source })?;
+    Ok(config)
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::CheckConfig { config } => {
-            let text = match std::fs::read_to_string(&config) {
-                Ok(text) => text,
+        Command::CheckConfig(args) => match load(&args) {
+            Ok(config) => {
+                print!("{}", config.to_yaml());
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("error: {error}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Run(args) => {
+            init_logging(args.log_format);
+            let config = match load(&args.config) {
+                Ok(config) => config,
                 Err(error) => {
-                    eprintln!("error: cannot read {}: {error}", config.display());
+                    tracing::error!(%error, "refusing to start");
                     return ExitCode::FAILURE;
                 }
             };
-            match WorkerConfig::from_yaml(&text) {
-                Ok(parsed) => {
-                    print!("{}", parsed.to_yaml());
-                    ExitCode::SUCCESS
-                }
+            match streamkeeper_worker::standalone::run(config) {
+                Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
-                    eprintln!("error: {}: {error}", config.display());
+                    tracing::error!(%error, "worker failed");
                     ExitCode::FAILURE
                 }
             }

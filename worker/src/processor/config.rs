@@ -155,6 +155,44 @@ impl ProcessorConfig {
     }
 }
 
+/// The processor selection as the operator renders it in the worker config.
+impl From<&streamkeeper_contract::worker_config::ProcessorConfig> for ProcessorConfig {
+    fn from(config: &streamkeeper_contract::worker_config::ProcessorConfig) -> Self {
+        use streamkeeper_contract::worker_config::ProcessorKind as Rendered;
+        let millis = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let processor = match &config.kind {
+            Rendered::Count => ProcessorKind::Count {},
+            Rendered::Aggregate {
+                value_field,
+                window,
+            } => ProcessorKind::Aggregate {
+                value_field: value_field.clone(),
+                window: match window {
+                    None => WindowSpec::None,
+                    Some(w) => match w.advance {
+                        None => WindowSpec::Tumbling {
+                            size_ms: millis(w.size),
+                        },
+                        Some(advance) => WindowSpec::Hopping {
+                            size_ms: millis(w.size),
+                            advance_ms: millis(advance),
+                        },
+                    },
+                },
+                grace_ms: window.as_ref().map(|w| millis(w.grace)).unwrap_or(0),
+            },
+            Rendered::Dedup { ttl } => ProcessorKind::Dedup {
+                ttl_ms: millis(*ttl),
+            },
+        };
+        Self {
+            key_field: config.key_field.clone(),
+            time_field: config.time_field.clone(),
+            processor,
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {

@@ -1,0 +1,152 @@
+//! Step 2 of the pipeline: pure builders from a [`ValidatedJob`] (and [`Facts`] read from
+//! outside beforehand) to every object the job should have.
+//!
+//! No builder reads the raw spec, the clock or the network; the same input always gives the same
+//! output, which is what makes a no-op reconcile a no-op under server-side apply. `apply`
+//! destructures [`DesiredResources`] without `..`, so a resource added here and never applied
+//! fails to compile.
+
+pub mod config_map;
+pub mod pdb;
+pub mod pod;
+pub mod rbac;
+pub mod service;
+pub mod stateful_set;
+pub mod topics;
+pub mod worker_config;
+
+pub use topics::{DesiredTopic, DesiredTopics};
+
+use crate::controller::labels;
+use crate::controller::validate::ValidatedJob;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// Facts read from outside the cluster before building (never fetched by a builder).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts {
+    /// Partitions of the input topic, from the broker's metadata: one task per partition, and the
+    /// changelog gets exactly as many.
+    pub input_partitions: i32,
+}
+
+/// Everything a job should have, one field per resource.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesiredResources {
+    /// `<job>-worker-config`: the rendered worker config under `worker.yaml`.
+    pub config_map: ConfigMap,
+    /// `<job>`: the worker pods.
+    pub stateful_set: StatefulSet,
+    /// `<job>`: headless, for stable pod DNS names.
+    pub service: Service,
+    /// `<job>`: at most one worker pod voluntarily down at a time.
+    pub pod_disruption_budget: PodDisruptionBudget,
+    /// `<job>-worker`; `None` when the user names their own service account, which `apply` then
+    /// leaves alone (and removes ours if an earlier spec made it).
+    pub service_account: Option<ServiceAccount>,
+    /// `<job>-worker`: read the assignment ConfigMap, get pods.
+    pub role: Role,
+    /// Binds the Role to the workers' service account (ours or the user's).
+    pub role_binding: RoleBinding,
+    /// The changelog and dead-letter topics, for the Kafka admin API.
+    pub topics: DesiredTopics,
+}
+
+/// Builds every desired resource of `job`.
+pub fn build(job: &ValidatedJob, facts: &Facts) -> DesiredResources {
+    let config = worker_config::render(job);
+    let config_map = config_map::build(job, &config);
+    let config_hash = config_map::config_hash(&config_map);
+    DesiredResources {
+        stateful_set: stateful_set::build(job, &config_hash),
+        service: service::build(job),
+        pod_disruption_budget: pdb::build(job),
+        service_account: rbac::service_account(job),
+        role: rbac::role(job),
+        role_binding: rbac::role_binding(job),
+        topics: topics::build(job, facts),
+        config_map,
+    }
+}
+
+/// Metadata of an owned object: name, namespace, the job's labels, and the controller owner
+/// reference so garbage collection removes it with the job.
+pub(crate) fn owned_metadata(job: &ValidatedJob, name: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(job.namespace.clone()),
+        labels: Some(labels::common(&job.name)),
+        owner_references: Some(vec![job.owner.clone()]),
+        ..ObjectMeta::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::fixtures;
+    use kube::Resource;
+
+    #[test]
+    fn every_object_is_owned_by_the_job_as_controller() {
+        let job = fixtures::validated();
+        let DesiredResources {
+            config_map,
+            stateful_set,
+            service,
+            pod_disruption_budget,
+            service_account,
+            role,
+            role_binding,
+            topics: _,
+        } = build(&job, &fixtures::facts());
+        let service_account = service_account.unwrap();
+        let metas = [
+            config_map.meta(),
+            stateful_set.meta(),
+            service.meta(),
+            pod_disruption_budget.meta(),
+            service_account.meta(),
+            role.meta(),
+            role_binding.meta(),
+        ];
+        for meta in metas {
+            let name = meta.name.as_deref().unwrap();
+            assert_eq!(meta.namespace.as_deref(), Some("payments"), "{name}");
+            let owners = meta.owner_references.as_ref().unwrap();
+            assert_eq!(owners.len(), 1, "{name}");
+            let owner = &owners[0];
+            assert_eq!(owner.api_version, "streamkeeper.dev/v1alpha1");
+            assert_eq!(owner.kind, "StatefulStreamJob");
+            assert_eq!(owner.name, "card-count");
+            assert_eq!(owner.uid, fixtures::UID);
+            assert_eq!(owner.controller, Some(true));
+            assert_eq!(owner.block_owner_deletion, Some(true));
+            let labels = meta.labels.as_ref().unwrap();
+            assert_eq!(
+                labels
+                    .get("app.kubernetes.io/managed-by")
+                    .map(String::as_str),
+                Some("streamkeeper"),
+                "{name}"
+            );
+            assert_eq!(
+                labels.get("streamkeeper.dev/job").map(String::as_str),
+                Some("card-count"),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn building_twice_gives_the_same_objects() {
+        let job = fixtures::validated();
+        assert_eq!(
+            build(&job, &fixtures::facts()),
+            build(&job, &fixtures::facts())
+        );
+    }
+}

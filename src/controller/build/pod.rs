@@ -1,0 +1,325 @@
+//! The worker pod template: one `worker` container running the config from the ConfigMap, with
+//! the state volume, secrets as read-only files, a locked-down security context, and the user's
+//! scheduling overrides merged with an anti-affinity that spreads the job's pods over nodes.
+
+use crate::api::PullPolicy;
+use crate::controller::labels;
+use crate::controller::names;
+use crate::controller::validate::ValidatedJob;
+use k8s_openapi::api::core::v1::{
+    Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
+    EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector, PodAffinityTerm,
+    PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource,
+    SeccompProfile, SecretProjection, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    VolumeProjection, WeightedPodAffinityTerm,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::BTreeMap;
+
+/// Seconds a worker gets after SIGTERM: enough to finish the open transaction and hand off.
+pub const TERMINATION_GRACE_SECONDS: i64 = 60;
+/// Mode of the files mounted from Secrets: readable by the owner and the pod's fsGroup only.
+const SECRET_FILE_MODE: i32 = 0o440;
+const CONFIG_VOLUME: &str = "config";
+const TMP_VOLUME: &str = "tmp";
+const S3_VOLUME: &str = "s3-credentials";
+const KAFKA_TLS_VOLUME: &str = "kafka-tls";
+const KAFKA_SASL_VOLUME: &str = "kafka-sasl";
+
+/// The pod template of the worker StatefulSet. `config_hash` is the worker config's hash; it and
+/// `spec.restartNonce` are annotations, so changing either changes the template.
+pub fn template(job: &ValidatedJob, config_hash: &str) -> PodTemplateSpec {
+    let workers = &job.workers;
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels::pod(&job.name, &workers.pod.labels)),
+            annotations: Some(annotations(job, config_hash)),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            service_account_name: Some(workers.service_account.name().to_string()),
+            // The worker watches its assignment through the API, even when a user-named service
+            // account turns token mounting off by default.
+            automount_service_account_token: Some(true),
+            // Service links inject variables for every Service in the namespace; the worker
+            // reads none of them.
+            enable_service_links: Some(false),
+            termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(names::WORKER_UID),
+                run_as_group: Some(names::WORKER_UID),
+                fs_group: Some(names::WORKER_UID),
+                // A large state volume is chowned once, not on every restart.
+                fs_group_change_policy: Some("OnRootMismatch".into()),
+                seccomp_profile: Some(runtime_default_seccomp()),
+                ..PodSecurityContext::default()
+            }),
+            containers: vec![container(job)],
+            volumes: Some(volumes(job)),
+            node_selector: Some(workers.pod.node_selector.clone()).filter(|m| !m.is_empty()),
+            tolerations: Some(workers.pod.tolerations.clone()).filter(|t| !t.is_empty()),
+            affinity: Some(affinity(job)),
+            ..PodSpec::default()
+        }),
+    }
+}
+
+fn annotations(job: &ValidatedJob, config_hash: &str) -> BTreeMap<String, String> {
+    let mut annotations = job.workers.pod.annotations.clone();
+    annotations.insert(
+        labels::CONFIG_HASH_ANNOTATION.into(),
+        config_hash.to_string(),
+    );
+    annotations.insert(
+        labels::DEFAULT_CONTAINER_ANNOTATION.into(),
+        names::WORKER_CONTAINER.into(),
+    );
+    if let Some(nonce) = &job.workers.restart_nonce {
+        annotations.insert(labels::RESTART_NONCE_ANNOTATION.into(), nonce.clone());
+    }
+    annotations
+}
+
+fn container(job: &ValidatedJob) -> Container {
+    Container {
+        name: names::WORKER_CONTAINER.into(),
+        image: Some(job.workers.image.clone()),
+        image_pull_policy: job.workers.image_pull_policy.map(|p| pull_policy(p).into()),
+        args: Some(vec![
+            "run".into(),
+            "--config".into(),
+            names::CONFIG_FILE.into(),
+        ]),
+        env: Some(vec![
+            EnvVar {
+                name: "STREAMKEEPER_LOG_FORMAT".into(),
+                value: Some("json".into()),
+                ..EnvVar::default()
+            },
+            EnvVar {
+                name: "POD_NAME".into(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "metadata.name".into(),
+                        ..ObjectFieldSelector::default()
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            },
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some(names::HTTP_PORT_NAME.into()),
+            container_port: names::HTTP_PORT,
+            protocol: Some("TCP".into()),
+            ..ContainerPort::default()
+        }]),
+        // Ready only when every assigned active task runs (so not while restoring).
+        readiness_probe: Some(http_probe("/readyz", 5, 3)),
+        // Alive while the process serves HTTP; a long restore is not a reason to restart.
+        liveness_probe: Some(http_probe("/healthz", 10, 6)),
+        resources: job.workers.resources.clone(),
+        security_context: Some(SecurityContext {
+            run_as_non_root: Some(true),
+            read_only_root_filesystem: Some(true),
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Capabilities::default()
+            }),
+            seccomp_profile: Some(runtime_default_seccomp()),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(volume_mounts(job)),
+        ..Container::default()
+    }
+}
+
+fn http_probe(path: &str, period_seconds: i32, failure_threshold: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String(names::HTTP_PORT_NAME.into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period_seconds),
+        timeout_seconds: Some(2),
+        failure_threshold: Some(failure_threshold),
+        ..Probe::default()
+    }
+}
+
+fn runtime_default_seccomp() -> SeccompProfile {
+    SeccompProfile {
+        type_: "RuntimeDefault".into(),
+        ..SeccompProfile::default()
+    }
+}
+
+fn pull_policy(policy: PullPolicy) -> &'static str {
+    match policy {
+        PullPolicy::Always => "Always",
+        PullPolicy::IfNotPresent => "IfNotPresent",
+        PullPolicy::Never => "Never",
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: Some(read_only).filter(|ro| *ro),
+        ..VolumeMount::default()
+    }
+}
+
+fn volume_mounts(job: &ValidatedJob) -> Vec<VolumeMount> {
+    let mut mounts = vec![
+        mount(CONFIG_VOLUME, names::CONFIG_DIR, true),
+        mount(names::STATE_VOLUME, names::STATE_MOUNT, false),
+        // The root filesystem is read-only; librdkafka and custom processors may need scratch.
+        mount(TMP_VOLUME, "/tmp", false),
+    ];
+    if job.checkpoint.credentials.is_some() {
+        mounts.push(mount(S3_VOLUME, names::S3_CREDENTIALS_DIR, true));
+    }
+    if !kafka_tls_sources(job).is_empty() {
+        mounts.push(mount(KAFKA_TLS_VOLUME, names::KAFKA_TLS_DIR, true));
+    }
+    if job.kafka.sasl.is_some() {
+        mounts.push(mount(KAFKA_SASL_VOLUME, names::KAFKA_SASL_DIR, true));
+    }
+    mounts
+}
+
+fn key_to_path(key: &str, path: &str) -> KeyToPath {
+    KeyToPath {
+        key: key.into(),
+        path: path.into(),
+        ..KeyToPath::default()
+    }
+}
+
+fn secret_volume(name: &str, secret: &str, items: Vec<KeyToPath>) -> Volume {
+    Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.into()),
+            items: Some(items),
+            default_mode: Some(SECRET_FILE_MODE),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+fn volumes(job: &ValidatedJob) -> Vec<Volume> {
+    let mut volumes = vec![
+        Volume {
+            name: CONFIG_VOLUME.into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: names::worker_config_map(&job.name),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        Volume {
+            name: TMP_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        },
+    ];
+    if let Some(secret) = &job.checkpoint.credentials {
+        volumes.push(secret_volume(
+            S3_VOLUME,
+            &secret.name,
+            vec![
+                key_to_path(&secret.access_key_id_key, names::S3_ACCESS_KEY_ID_FILE),
+                key_to_path(
+                    &secret.secret_access_key_key,
+                    names::S3_SECRET_ACCESS_KEY_FILE,
+                ),
+            ],
+        ));
+    }
+    let tls_sources = kafka_tls_sources(job);
+    if !tls_sources.is_empty() {
+        volumes.push(Volume {
+            name: KAFKA_TLS_VOLUME.into(),
+            projected: Some(ProjectedVolumeSource {
+                sources: Some(tls_sources),
+                default_mode: Some(SECRET_FILE_MODE),
+            }),
+            ..Volume::default()
+        });
+    }
+    if let Some(sasl) = &job.kafka.sasl {
+        volumes.push(secret_volume(
+            KAFKA_SASL_VOLUME,
+            &sasl.secret_name,
+            vec![
+                key_to_path(&sasl.username_key, names::KAFKA_SASL_USERNAME_FILE),
+                key_to_path(&sasl.password_key, names::KAFKA_SASL_PASSWORD_FILE),
+            ],
+        ));
+    }
+    volumes
+}
+
+/// The CA, certificate and key may come from different Secrets, so they are projected into one
+/// volume. TLS with none of them (system roots, no client auth) mounts nothing.
+fn kafka_tls_sources(job: &ValidatedJob) -> Vec<VolumeProjection> {
+    let Some(tls) = &job.kafka.tls else {
+        return Vec::new();
+    };
+    [
+        (&tls.ca, names::KAFKA_TLS_CA_FILE),
+        (&tls.certificate, names::KAFKA_TLS_CERT_FILE),
+        (&tls.private_key, names::KAFKA_TLS_KEY_FILE),
+    ]
+    .into_iter()
+    .filter_map(|(reference, file)| {
+        reference.as_ref().map(|reference| VolumeProjection {
+            secret: Some(SecretProjection {
+                name: reference.name.clone(),
+                items: Some(vec![key_to_path(&reference.key, file)]),
+                ..SecretProjection::default()
+            }),
+            ..VolumeProjection::default()
+        })
+    })
+    .collect()
+}
+
+/// The user's affinity plus a preferred anti-affinity between the job's pods by hostname, so a
+/// task's active and standbys tend to be on different nodes (preferred, not required: a small
+/// cluster must still be able to run every replica).
+fn affinity(job: &ValidatedJob) -> Affinity {
+    let mut affinity = job.workers.pod.affinity.clone().unwrap_or_default();
+    let spread = WeightedPodAffinityTerm {
+        weight: 100,
+        pod_affinity_term: PodAffinityTerm {
+            label_selector: Some(LabelSelector {
+                match_labels: Some(labels::selector(&job.name)),
+                ..LabelSelector::default()
+            }),
+            topology_key: "kubernetes.io/hostname".into(),
+            ..PodAffinityTerm::default()
+        },
+    };
+    let preferred = affinity
+        .pod_anti_affinity
+        .get_or_insert_with(PodAntiAffinity::default)
+        .preferred_during_scheduling_ignored_during_execution
+        .get_or_insert_with(Vec::new);
+    if !preferred.contains(&spread) {
+        preferred.push(spread);
+    }
+    affinity
+}
+
+#[cfg(test)]
+#[path = "pod_tests.rs"]
+mod tests;

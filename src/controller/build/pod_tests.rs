@@ -1,0 +1,327 @@
+use super::*;
+use crate::controller::fixtures::{self, json, yaml};
+use k8s_openapi::api::core::v1::{
+    NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Toleration,
+};
+
+fn pod_spec(job: &ValidatedJob) -> serde_json::Value {
+    json(&template(job, "0123456789abcdef").spec)
+}
+
+fn worker(job: &ValidatedJob) -> serde_json::Value {
+    pod_spec(job)["containers"][0].clone()
+}
+
+#[test]
+fn runs_the_worker_with_the_mounted_config() {
+    let container = worker(&fixtures::validated());
+    assert_eq!(container["name"], "worker");
+    assert_eq!(container["image"], "streamkeeper/worker:0.1.0");
+    assert_eq!(
+        container["args"],
+        yaml("[run, --config, /etc/streamkeeper/config/worker.yaml]")
+    );
+    assert_eq!(
+        container["env"],
+        yaml(
+            r#"
+- name: STREAMKEEPER_LOG_FORMAT
+  value: json
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+"#
+        )
+    );
+    assert_eq!(
+        container["ports"],
+        yaml("- {name: http, containerPort: 8080, protocol: TCP}")
+    );
+    assert_eq!(
+        container["resources"],
+        yaml("requests: {cpu: 500m, memory: 1Gi}\nlimits: {memory: 2Gi}")
+    );
+    assert!(container.get("imagePullPolicy").is_none());
+}
+
+#[test]
+fn probes_ask_readyz_and_healthz_on_the_http_port() {
+    let container = worker(&fixtures::validated());
+    assert_eq!(
+        container["readinessProbe"],
+        yaml(
+            "httpGet: {path: /readyz, port: http}\nperiodSeconds: 5\ntimeoutSeconds: 2\nfailureThreshold: 3"
+        )
+    );
+    assert_eq!(
+        container["livenessProbe"],
+        yaml(
+            "httpGet: {path: /healthz, port: http}\nperiodSeconds: 10\ntimeoutSeconds: 2\nfailureThreshold: 6"
+        )
+    );
+}
+
+#[test]
+fn security_context_is_locked_down() {
+    let spec = pod_spec(&fixtures::validated());
+    assert_eq!(
+        spec["containers"][0]["securityContext"],
+        yaml(
+            r#"
+runAsNonRoot: true
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+"#
+        )
+    );
+    assert_eq!(
+        spec["securityContext"],
+        yaml(
+            r#"
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+fsGroupChangePolicy: OnRootMismatch
+seccompProfile:
+  type: RuntimeDefault
+"#
+        )
+    );
+    assert_eq!(spec["terminationGracePeriodSeconds"], 60);
+    assert_eq!(spec["serviceAccountName"], "card-count-worker");
+    assert_eq!(spec["automountServiceAccountToken"], true);
+}
+
+#[test]
+fn mounts_config_state_tmp_and_s3_credentials() {
+    let spec = pod_spec(&fixtures::validated());
+    assert_eq!(
+        spec["containers"][0]["volumeMounts"],
+        yaml(
+            r#"
+- {name: config, mountPath: /etc/streamkeeper/config, readOnly: true}
+- {name: state, mountPath: /var/lib/streamkeeper}
+- {name: tmp, mountPath: /tmp}
+- {name: s3-credentials, mountPath: /etc/streamkeeper/s3, readOnly: true}
+"#
+        )
+    );
+    assert_eq!(
+        spec["volumes"],
+        yaml(
+            r#"
+- name: config
+  configMap: {name: card-count-worker-config}
+- name: tmp
+  emptyDir: {}
+- name: s3-credentials
+  secret:
+    secretName: streamkeeper-s3
+    defaultMode: 288
+    items:
+      - {key: AWS_ACCESS_KEY_ID, path: accessKeyId}
+      - {key: AWS_SECRET_ACCESS_KEY, path: secretAccessKey}
+"#
+        )
+    );
+}
+
+#[test]
+fn kafka_secrets_become_files_where_the_config_points() {
+    let spec = pod_spec(&fixtures::validated_with(fixtures::with_kafka_security));
+    let volumes = spec["volumes"].as_array().unwrap();
+    assert!(volumes.contains(&yaml(
+        r#"
+name: kafka-tls
+projected:
+  defaultMode: 288
+  sources:
+    - secret: {name: kafka-ca, items: [{key: ca.pem, path: ca.crt}]}
+    - secret: {name: kafka-client, items: [{key: cert.pem, path: tls.crt}]}
+    - secret: {name: kafka-client, items: [{key: key.pem, path: tls.key}]}
+"#
+    )));
+    assert!(volumes.contains(&yaml(
+        r#"
+name: kafka-sasl
+secret:
+  secretName: kafka-user
+  defaultMode: 288
+  items:
+    - {key: user, path: username}
+    - {key: pass, path: password}
+"#
+    )));
+    let mounts = spec["containers"][0]["volumeMounts"].as_array().unwrap();
+    assert!(mounts.contains(&yaml(
+        "{name: kafka-tls, mountPath: /etc/streamkeeper/kafka/tls, readOnly: true}"
+    )));
+    assert!(mounts.contains(&yaml(
+        "{name: kafka-sasl, mountPath: /etc/streamkeeper/kafka/sasl, readOnly: true}"
+    )));
+
+    let without = pod_spec(&fixtures::validated_with(|job| {
+        job.spec.checkpoint.s3.credentials_secret = None;
+    }));
+    let names: Vec<_> = without["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["config", "tmp"]);
+
+    // TLS with system roots and no client certificate mounts nothing.
+    let system_roots = pod_spec(&fixtures::validated_with(|job| {
+        job.spec.kafka.tls = Some(crate::api::KafkaTlsSpec {
+            ca: None,
+            certificate: None,
+            private_key: None,
+        });
+    }));
+    assert!(!system_roots.to_string().contains("kafka-tls"));
+}
+
+#[test]
+fn template_changes_with_the_config_hash_and_the_restart_nonce() {
+    let job = fixtures::validated();
+    let base = template(&job, "aaaaaaaaaaaaaaaa");
+    let annotations = base.metadata.as_ref().unwrap().annotations.clone().unwrap();
+    assert_eq!(
+        annotations
+            .get("streamkeeper.dev/config-hash")
+            .map(String::as_str),
+        Some("aaaaaaaaaaaaaaaa")
+    );
+    assert!(!annotations.contains_key("streamkeeper.dev/restart-nonce"));
+    assert_ne!(template(&job, "bbbbbbbbbbbbbbbb"), base);
+
+    let nonce = |value: &str| {
+        let value = value.to_string();
+        template(
+            &fixtures::validated_with(|job| job.spec.restart_nonce = Some(value)),
+            "aaaaaaaaaaaaaaaa",
+        )
+    };
+    let first = nonce("2024-05-01T10:00");
+    assert_eq!(
+        first
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .as_ref()
+            .unwrap()["streamkeeper.dev/restart-nonce"],
+        "2024-05-01T10:00"
+    );
+    assert_ne!(first, base);
+    assert_ne!(nonce("2024-05-02T10:00"), first);
+    assert_eq!(nonce("2024-05-01T10:00"), first);
+}
+
+#[test]
+fn pod_overrides_are_applied_and_anti_affinity_is_merged_in() {
+    let user_node_affinity = NodeAffinity {
+        required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+            node_selector_terms: vec![NodeSelectorTerm {
+                match_expressions: Some(vec![NodeSelectorRequirement {
+                    key: "disk".into(),
+                    operator: "In".into(),
+                    values: Some(vec!["ssd".into()]),
+                }]),
+                ..NodeSelectorTerm::default()
+            }],
+        }),
+        ..NodeAffinity::default()
+    };
+    let job = fixtures::validated_with(|job| {
+        let pod = &mut job.spec.pod;
+        pod.node_selector.insert("pool".into(), "streaming".into());
+        pod.tolerations.push(Toleration {
+            key: Some("dedicated".into()),
+            operator: Some("Equal".into()),
+            value: Some("streaming".into()),
+            effect: Some("NoSchedule".into()),
+            ..Toleration::default()
+        });
+        pod.affinity = Some(Affinity {
+            node_affinity: Some(user_node_affinity.clone()),
+            ..Affinity::default()
+        });
+        pod.labels.insert("team".into(), "payments".into());
+        pod.annotations
+            .insert("prometheus.io/scrape".into(), "true".into());
+    });
+    let built = template(&job, "0123456789abcdef");
+    let meta = built.metadata.unwrap();
+    assert_eq!(
+        json(&meta.labels),
+        yaml(
+            r#"
+app.kubernetes.io/instance: card-count
+app.kubernetes.io/managed-by: streamkeeper
+app.kubernetes.io/name: streamkeeper-worker
+streamkeeper.dev/job: card-count
+team: payments
+"#
+        )
+    );
+    assert_eq!(
+        json(&meta.annotations),
+        yaml(
+            r#"
+kubectl.kubernetes.io/default-container: worker
+prometheus.io/scrape: "true"
+streamkeeper.dev/config-hash: 0123456789abcdef
+"#
+        )
+    );
+    let spec = json(&built.spec);
+    assert_eq!(spec["nodeSelector"], yaml("pool: streaming"));
+    assert_eq!(
+        spec["tolerations"],
+        yaml("- {key: dedicated, operator: Equal, value: streaming, effect: NoSchedule}")
+    );
+    assert_eq!(spec["affinity"]["nodeAffinity"], json(&user_node_affinity));
+    assert_eq!(
+        spec["affinity"]["podAntiAffinity"],
+        yaml(
+            r#"
+preferredDuringSchedulingIgnoredDuringExecution:
+  - weight: 100
+    podAffinityTerm:
+      topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels:
+          app.kubernetes.io/instance: card-count
+          app.kubernetes.io/name: streamkeeper-worker
+"#
+        )
+    );
+}
+
+#[test]
+fn anti_affinity_is_not_added_twice() {
+    let job = fixtures::validated();
+    let once = affinity(&job);
+    let again = affinity(&fixtures::validated_with(|raw| {
+        raw.spec.pod.affinity = Some(once.clone());
+    }));
+    assert_eq!(again, once);
+}
+
+#[test]
+fn empty_overrides_leave_fields_unset_and_pull_policy_is_passed_on() {
+    let spec = pod_spec(&fixtures::validated_with(|job| {
+        job.spec.image_pull_policy = Some(crate::api::PullPolicy::IfNotPresent);
+    }));
+    assert!(spec.get("nodeSelector").is_none());
+    assert!(spec.get("tolerations").is_none());
+    assert_eq!(spec["containers"][0]["imagePullPolicy"], "IfNotPresent");
+}

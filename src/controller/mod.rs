@@ -1,0 +1,22 @@
+//! Reconciling a `StatefulStreamJob` is a named pipeline: **validate → build → apply →
+//! update_status**. This module holds the pure steps and what they share; only `apply` and
+//! `update_status` (and the readers of external facts) may touch the apiserver, Kafka or S3.
+//!
+//! - [`validate`]: raw spec in, [`ValidatedJob`] out (every rule checked once).
+//! - [`build`]: [`ValidatedJob`] + [`Facts`] in, [`DesiredResources`] out (pure).
+//! - [`conditions`]: condition types, reasons and the merge `update_status` uses.
+//! - [`names`], [`labels`]: every derived name, path, label and annotation key.
+//!
+//! Retention rules for the status live in [`crate::retention`].
+
+pub mod build;
+pub mod conditions;
+pub mod labels;
+pub mod names;
+pub mod validate;
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+
+pub use build::{DesiredResources, DesiredTopic, DesiredTopics, Facts, build};
+pub use validate::{InvalidSpec, ValidatedJob, validate};

@@ -1,0 +1,121 @@
+//! Names and paths of everything the operator derives from a job: object names, topic defaults,
+//! and where the worker finds its files. One place, so the builders, the worker config and the
+//! apply layer can never disagree about a name.
+
+/// The worker config's key inside the ConfigMap, and so the file name in the container.
+pub const WORKER_CONFIG_KEY: &str = "worker.yaml";
+/// Where the ConfigMap is mounted.
+pub const CONFIG_DIR: &str = "/etc/streamkeeper/config";
+/// The file the worker is started with: [`CONFIG_DIR`]/[`WORKER_CONFIG_KEY`].
+pub const CONFIG_FILE: &str = "/etc/streamkeeper/config/worker.yaml";
+/// Mount point of the state volume.
+pub const STATE_MOUNT: &str = "/var/lib/streamkeeper";
+/// RocksDB lives one level below the mount, so a filesystem's own entries at the volume root
+/// (ext4's `lost+found`) never look like task directories.
+pub const STATE_DIR: &str = "/var/lib/streamkeeper/state";
+/// Where the S3 credentials Secret is mounted (files `accessKeyId`, `secretAccessKey`).
+pub const S3_CREDENTIALS_DIR: &str = "/etc/streamkeeper/s3";
+/// File names inside [`S3_CREDENTIALS_DIR`], as the contract's `S3Config::credentials_dir` says.
+pub const S3_ACCESS_KEY_ID_FILE: &str = "accessKeyId";
+pub const S3_SECRET_ACCESS_KEY_FILE: &str = "secretAccessKey";
+/// Kafka TLS material: `ca.crt`, `tls.crt`, `tls.key` below this directory.
+pub const KAFKA_TLS_DIR: &str = "/etc/streamkeeper/kafka/tls";
+pub const KAFKA_TLS_CA_FILE: &str = "ca.crt";
+pub const KAFKA_TLS_CERT_FILE: &str = "tls.crt";
+pub const KAFKA_TLS_KEY_FILE: &str = "tls.key";
+/// Kafka SASL credentials: `username`, `password` below this directory.
+pub const KAFKA_SASL_DIR: &str = "/etc/streamkeeper/kafka/sasl";
+pub const KAFKA_SASL_USERNAME_FILE: &str = "username";
+pub const KAFKA_SASL_PASSWORD_FILE: &str = "password";
+
+/// Address of the worker's one HTTP port.
+pub const HTTP_LISTEN: &str = "0.0.0.0:8080";
+pub const HTTP_PORT: i32 = 8080;
+pub const HTTP_PORT_NAME: &str = "http";
+
+/// Name of the worker container (also the `kubectl logs` default).
+pub const WORKER_CONTAINER: &str = "worker";
+/// Name of the volume claim template; PVCs are `state-<job>-<ordinal>`.
+pub const STATE_VOLUME: &str = "state";
+
+/// UID and GID the worker runs as: the distroless `nonroot` user. Set explicitly because
+/// `runAsNonRoot` alone fails for images whose `USER` is a name rather than a number.
+pub const WORKER_UID: i64 = 65532;
+
+/// The StatefulSet, the headless Service and the PodDisruptionBudget are all named after the job.
+pub fn stateful_set(job: &str) -> String {
+    job.to_string()
+}
+
+pub fn service(job: &str) -> String {
+    job.to_string()
+}
+
+pub fn pod_disruption_budget(job: &str) -> String {
+    job.to_string()
+}
+
+pub fn worker_config_map(job: &str) -> String {
+    format!("{job}-worker-config")
+}
+
+/// The ConfigMap holding the assignment document, written by the operator, watched by workers.
+pub fn assignment_config_map(job: &str) -> String {
+    format!("{job}-assignment")
+}
+
+/// The ServiceAccount, Role and RoleBinding the operator creates for the workers.
+pub fn worker_service_account(job: &str) -> String {
+    format!("{job}-worker")
+}
+
+pub fn worker_role(job: &str) -> String {
+    format!("{job}-worker")
+}
+
+pub fn worker_role_binding(job: &str) -> String {
+    format!("{job}-worker")
+}
+
+/// Pod `ordinal` of the job's StatefulSet.
+pub fn pod(job: &str, ordinal: u32) -> String {
+    format!("{job}-{ordinal}")
+}
+
+/// Default changelog topic: namespaced, so two jobs of the same name in two namespaces sharing a
+/// Kafka cluster never write each other's state.
+pub fn default_changelog_topic(namespace: &str, job: &str) -> String {
+    format!("{namespace}.{job}.changelog")
+}
+
+pub fn default_dead_letter_topic(namespace: &str, job: &str) -> String {
+    format!("{namespace}.{job}.dlq")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_file_is_the_mounted_key() {
+        assert_eq!(CONFIG_FILE, format!("{CONFIG_DIR}/{WORKER_CONFIG_KEY}"));
+        assert!(STATE_DIR.starts_with(STATE_MOUNT));
+        assert!(HTTP_LISTEN.ends_with(&HTTP_PORT.to_string()));
+    }
+
+    #[test]
+    fn names_derive_from_the_job() {
+        assert_eq!(worker_config_map("card-count"), "card-count-worker-config");
+        assert_eq!(assignment_config_map("card-count"), "card-count-assignment");
+        assert_eq!(worker_service_account("card-count"), "card-count-worker");
+        assert_eq!(pod("card-count", 2), "card-count-2");
+        assert_eq!(
+            default_changelog_topic("payments", "card-count"),
+            "payments.card-count.changelog"
+        );
+        assert_eq!(
+            default_dead_letter_topic("payments", "card-count"),
+            "payments.card-count.dlq"
+        );
+    }
+}

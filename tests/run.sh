@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, builds, starts the real services (Kafka, S3,
+# Kubernetes control plane) on loopback, runs the whole workspace's tests, stops the services.
+#
+#   tests/run.sh                      everything (what CI runs)
+#   tests/run.sh --test kafka_smoke   one group: any arguments go to `cargo test`
+#
+# Caches (cargo target dir, Go builds, Kafka jars, SeaweedFS) live in
+# ${STREAMKEEPER_CACHE:-~/.cache/streamkeeper}, shared by every clone on the machine.
+source "$(dirname "$0")/services/lib.sh"
+cd "$(dirname "$0")/.."
+services=tests/services
+started=()
+
+"$(dirname "$0")/install-prerequisites.sh"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$SK_CACHE/cargo-target}"
+mkdir -p "$SK_RUN/logs"
+
+# Service installs (a cold Go build of the control plane is the longest) run beside the Rust build.
+declare -A installs=()
+for service in kube kafka s3; do
+  "$services/$service.sh" install > "$SK_RUN/logs/install-$service.log" 2>&1 &
+  installs[$service]=$!
+done
+
+stop_services() {
+  local status=$?
+  for service in "${started[@]}"; do "$services/$service.sh" stop || true; done
+  exit "$status"
+}
+trap stop_services EXIT
+trap 'exit 130' INT TERM
+
+step() { log "== $* ($(date +%T))"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check || die "code is not formatted: run cargo fmt --all"
+step "cargo build (cold: ~10-25 min)"
+cargo build --workspace --all-targets --locked
+step "cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+for service in kube kafka s3; do
+  wait "${installs[$service]}" || { cat "$SK_RUN/logs/install-$service.log" >&2; die "installing $service failed (log above)"; }
+done
+
+for service in kafka s3 kube; do
+  step "starting $service"
+  started+=("$service")
+  "$services/$service.sh" start || die "$service did not start; the tests need the real service"
+  while IFS= read -r line; do export "${line?}"; done < <("$services/$service.sh" env)
+done
+
+step "cargo test"
+cargo test --workspace --locked --no-fail-fast "$@"

@@ -1,0 +1,179 @@
+//! The worker's Prometheus metrics, registered in one registry owned by the worker (no globals).
+//! Names are `streamkeeper_*` with units in the name.
+
+use crate::status::TaskPhase;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TaskLabel {
+    pub task: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub task: u32,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    pub task: u32,
+    pub phase: String,
+}
+
+/// Handles to every metric; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct WorkerMetrics {
+    registry: Arc<Registry>,
+    pub records_processed: Family<TaskLabel, Counter>,
+    pub records_dead_lettered: Family<ReasonLabel, Counter>,
+    pub records_dropped: Family<ReasonLabel, Counter>,
+    pub transactions_committed: Family<TaskLabel, Counter>,
+    pub transactions_aborted: Family<TaskLabel, Counter>,
+    pub changelog_records_written: Family<TaskLabel, Counter>,
+    pub restore_records: Family<TaskLabel, Counter>,
+    pub restore_bytes: Family<TaskLabel, Counter>,
+    pub restore_records_total: Family<TaskLabel, Gauge>,
+    pub restore_records_per_second: Family<TaskLabel, Gauge<f64, AtomicU64>>,
+    pub restore_eta_seconds: Family<TaskLabel, Gauge<f64, AtomicU64>>,
+    pub input_lag_records: Family<TaskLabel, Gauge>,
+    pub phase_transitions: Family<PhaseLabel, Counter>,
+    pub task_errors: Family<ReasonLabel, Counter>,
+}
+
+impl WorkerMetrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("streamkeeper");
+        let metrics = Self {
+            registry: Arc::new(Registry::default()),
+            records_processed: Family::default(),
+            records_dead_lettered: Family::default(),
+            records_dropped: Family::default(),
+            transactions_committed: Family::default(),
+            transactions_aborted: Family::default(),
+            changelog_records_written: Family::default(),
+            restore_records: Family::default(),
+            restore_bytes: Family::default(),
+            restore_records_total: Family::default(),
+            restore_records_per_second: Family::default(),
+            restore_eta_seconds: Family::default(),
+            input_lag_records: Family::default(),
+            phase_transitions: Family::default(),
+            task_errors: Family::default(),
+        };
+        let r = &mut registry;
+        r.register(
+            "input_records",
+            "Input records processed",
+            metrics.records_processed.clone(),
+        );
+        r.register(
+            "dead_letter_records",
+            "Input records sent to the dead-letter topic, by reason",
+            metrics.records_dead_lettered.clone(),
+        );
+        r.register(
+            "dropped_records",
+            "Input records dropped by the processor (late, duplicate)",
+            metrics.records_dropped.clone(),
+        );
+        r.register(
+            "transactions_committed",
+            "Kafka transactions committed",
+            metrics.transactions_committed.clone(),
+        );
+        r.register(
+            "transactions_aborted",
+            "Kafka transactions aborted",
+            metrics.transactions_aborted.clone(),
+        );
+        r.register(
+            "changelog_records_written",
+            "Changelog records produced",
+            metrics.changelog_records_written.clone(),
+        );
+        r.register(
+            "restore_records",
+            "Changelog records replayed by restores",
+            metrics.restore_records.clone(),
+        );
+        r.register(
+            "restore_bytes",
+            "Changelog bytes replayed by restores",
+            metrics.restore_bytes.clone(),
+        );
+        r.register(
+            "restore_target_records",
+            "Changelog records the running restore must replay",
+            metrics.restore_records_total.clone(),
+        );
+        r.register(
+            "restore_rate_records_per_second",
+            "Replay rate of the running restore",
+            metrics.restore_records_per_second.clone(),
+        );
+        r.register(
+            "restore_eta_seconds",
+            "Estimated time left of the running restore",
+            metrics.restore_eta_seconds.clone(),
+        );
+        r.register(
+            "input_lag_records",
+            "Input records behind the partition end",
+            metrics.input_lag_records.clone(),
+        );
+        r.register(
+            "task_phase_transitions",
+            "Task phase transitions, by phase entered",
+            metrics.phase_transitions.clone(),
+        );
+        r.register(
+            "task_errors",
+            "Task errors, by category",
+            metrics.task_errors.clone(),
+        );
+        Self {
+            registry: Arc::new(registry),
+            ..metrics
+        }
+    }
+
+    pub fn phase_transition(&self, task: u32, phase: TaskPhase) {
+        self.phase_transitions
+            .get_or_create(&PhaseLabel {
+                task,
+                phase: format!("{phase:?}"),
+            })
+            .inc();
+    }
+
+    pub fn task_error(&self, task: u32, category: &str) {
+        self.task_errors
+            .get_or_create(&ReasonLabel {
+                task,
+                reason: category.to_string(),
+            })
+            .inc();
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+impl Default for WorkerMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

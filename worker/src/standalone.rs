@@ -1,0 +1,140 @@
+//! Standalone mode: one worker runs every partition of a job as an active task (the demo and
+//! the worker tests use it). Task threads do the Kafka and RocksDB work; the async runtime only
+//! serves HTTP and waits for signals.
+
+use crate::http;
+use crate::kafka_client;
+use crate::metrics::WorkerMetrics;
+use crate::status::TaskBoard;
+use crate::task::{WorkerContext, run_active_task};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use streamkeeper_contract::WorkerConfig;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StandaloneError {
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("kafka client setup: {0}")]
+    Setup(#[from] kafka_client::KafkaSetupError),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+pub fn run(config: WorkerConfig) -> Result<(), StandaloneError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(StandaloneError::Runtime)?;
+    runtime.block_on(run_async(config))
+}
+
+async fn run_async(config: WorkerConfig) -> Result<(), StandaloneError> {
+    let context = WorkerContext {
+        config: Arc::new(config),
+        metrics: WorkerMetrics::new(),
+        board: TaskBoard::default(),
+        shutdown: Arc::new(AtomicBool::new(false)),
+    };
+    let address = context.config.http.listen.clone();
+    let listener = tokio::net::TcpListener::bind(&address)
+        .await
+        .map_err(|source| StandaloneError::Listen {
+            address: address.clone(),
+            source,
+        })?;
+    tracing::info!(%address, "serving /healthz /readyz /metrics /v1/tasks");
+    let app = http::router(context.board.clone(), context.metrics.clone());
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            tracing::error!(%error, "HTTP server stopped");
+        }
+    });
+
+    let discovery = {
+        let context = context.clone();
+        tokio::task::spawn_blocking(move || discover_partitions(&context))
+    };
+    let signal = shutdown_signal();
+    tokio::pin!(signal);
+    let partitions = tokio::select! {
+        found = discovery => found.ok().flatten(),
+        () = &mut signal => None,
+    };
+    let Some(partitions) = partitions else {
+        tracing::info!("shut down before the tasks started");
+        return Ok(());
+    };
+    tracing::info!(partitions, topic = %context.config.kafka.input_topic, "starting one active task per input partition");
+    let threads: Vec<_> = (0..partitions)
+        .map(|task| {
+            let context = context.clone();
+            std::thread::Builder::new()
+                .name(format!("task-{task}"))
+                .spawn(move || run_active_task(context, task))
+        })
+        .filter_map(Result::ok)
+        .collect();
+
+    signal.await;
+    tracing::info!("shutdown requested: finishing open transactions");
+    context.shutdown.store(true, Ordering::SeqCst);
+    let _ = tokio::task::spawn_blocking(move || {
+        for thread in threads {
+            let _ = thread.join();
+        }
+    })
+    .await;
+    tracing::info!("worker stopped");
+    Ok(())
+}
+
+/// Partition count of the input topic, retried with backoff until the broker answers.
+fn discover_partitions(context: &WorkerContext) -> Option<u32> {
+    let config = &context.config;
+    let consumer: BaseConsumer = kafka_client::base_config(&config.kafka)
+        .ok()?
+        .create()
+        .ok()?;
+    let mut backoff = Duration::from_millis(200);
+    while !context.shutting_down() {
+        match consumer.fetch_metadata(Some(&config.kafka.input_topic), Duration::from_secs(10)) {
+            Ok(metadata) => {
+                let count = metadata
+                    .topics()
+                    .first()
+                    .map_or(0, |t| t.partitions().len());
+                if count > 0 {
+                    return u32::try_from(count).ok();
+                }
+                tracing::warn!(topic = %config.kafka.input_topic, "input topic has no partitions yet");
+            }
+            Err(error) => tracing::warn!(%error, "cannot reach Kafka; retrying"),
+        }
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+    None
+}
+
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut stream) => {
+                stream.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}

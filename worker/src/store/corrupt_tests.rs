@@ -1,0 +1,178 @@
+//! Damaged local state is reported as `Corrupt` (never a panic, never silently `Empty` or
+//! `Valid`), the store stays closed until wiped, and a wipe makes it usable again.
+
+use std::fs::{self, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use rocksdb::DB;
+use tempfile::tempdir;
+
+use super::metadata::METADATA_KEY;
+use super::test_support::{changes, meta, open, open_empty};
+use super::{OpenOutcome, RocksStore, StateStore, TaskMetadata, db_path};
+
+/// A closed store with flushed data (SST files, a MANIFEST) for task 0.
+fn populated(dir: &Path) -> PathBuf {
+    let mut store = open_empty(dir, 0);
+    for i in 0..5i64 {
+        let key = format!("c{i}");
+        store
+            .commit(
+                &changes(&[(key.as_str(), Some("v"))]),
+                &meta(0, i + 1, i + 1),
+            )
+            .unwrap();
+    }
+    store.flush().unwrap();
+    store.path().to_path_buf()
+}
+
+fn files_named(db: &Path, pred: impl Fn(&str) -> bool) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = fs::read_dir(db)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| pred(&p.file_name().unwrap().to_string_lossy()))
+        .collect();
+    found.sort();
+    assert!(!found.is_empty(), "no matching file in {}", db.display());
+    found
+}
+
+fn truncate_to_half(path: &Path) {
+    let len = fs::metadata(path).unwrap().len();
+    OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+}
+
+/// Opens, expects `Corrupt`, checks the store is closed, wipes, checks it works again.
+fn assert_corrupt_then_wipe(dir: &Path, what: &str) -> String {
+    let opened = open(dir, 0);
+    let OpenOutcome::Corrupt { reason } = opened.outcome else {
+        panic!("{what}: expected Corrupt, got {:?}", opened.outcome);
+    };
+    let mut store = opened.store;
+    let closed = store.get(b"c1").unwrap_err();
+    assert_eq!(
+        closed.category(),
+        "state_invalid_call",
+        "{what}: closed until wiped"
+    );
+    assert!(store.commit(&changes(&[]), &meta(0, 9, 9)).is_err());
+
+    store.wipe().unwrap();
+    assert_eq!(store.scan(b"", &[0xff]).unwrap(), vec![], "{what}: wiped");
+    store
+        .commit(&changes(&[("c1", Some("new"))]), &meta(0, 1, 1))
+        .unwrap();
+    drop(store);
+    assert_eq!(
+        open(dir, 0).outcome,
+        OpenOutcome::Valid(meta(0, 1, 1)),
+        "{what}"
+    );
+    reason
+}
+
+#[test]
+fn a_deleted_sst_is_corrupt() {
+    let dir = tempdir().unwrap();
+    let db = populated(dir.path());
+    for sst in files_named(&db, |n| n.ends_with(".sst")) {
+        fs::remove_file(sst).unwrap();
+    }
+    assert_corrupt_then_wipe(dir.path(), "deleted SST");
+}
+
+#[test]
+fn a_truncated_sst_is_corrupt() {
+    let dir = tempdir().unwrap();
+    let db = populated(dir.path());
+    truncate_to_half(&files_named(&db, |n| n.ends_with(".sst"))[0]);
+    assert_corrupt_then_wipe(dir.path(), "truncated SST");
+}
+
+#[test]
+fn a_deleted_manifest_is_corrupt() {
+    let dir = tempdir().unwrap();
+    let db = populated(dir.path());
+    for manifest in files_named(&db, |n| n.starts_with("MANIFEST-")) {
+        fs::remove_file(manifest).unwrap();
+    }
+    assert_corrupt_then_wipe(dir.path(), "deleted MANIFEST");
+}
+
+#[test]
+fn a_truncated_manifest_is_corrupt() {
+    let dir = tempdir().unwrap();
+    let db = populated(dir.path());
+    for manifest in files_named(&db, |n| n.starts_with("MANIFEST-")) {
+        OpenOptions::new()
+            .write(true)
+            .open(manifest)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+    }
+    assert_corrupt_then_wipe(dir.path(), "truncated MANIFEST");
+}
+
+#[test]
+fn a_deleted_current_is_corrupt_not_a_fresh_database() {
+    let dir = tempdir().unwrap();
+    let db = populated(dir.path());
+    fs::remove_file(db.join("CURRENT")).unwrap();
+    assert_corrupt_then_wipe(dir.path(), "deleted CURRENT");
+}
+
+#[test]
+fn a_truncated_current_is_corrupt() {
+    let dir = tempdir().unwrap();
+    let db = populated(dir.path());
+    truncate_to_half(&db.join("CURRENT"));
+    assert_corrupt_then_wipe(dir.path(), "truncated CURRENT");
+}
+
+#[test]
+fn state_without_metadata_is_corrupt() {
+    let dir = tempdir().unwrap();
+    {
+        let raw = DB::open_default(db_path(dir.path(), 0)).unwrap();
+        raw.put(b"cfoo", b"1").unwrap();
+    }
+    let reason = assert_corrupt_then_wipe(dir.path(), "data without metadata");
+    assert!(reason.contains("metadata is missing"), "{reason}");
+}
+
+#[test]
+fn unreadable_or_foreign_metadata_is_corrupt() {
+    let cases: [(&str, Vec<u8>); 3] = [
+        ("unknown version", {
+            let mut raw = TaskMetadata::initial(0).encode();
+            raw[0] = 99;
+            raw
+        }),
+        ("garbage", b"not metadata".to_vec()),
+        ("another task's", TaskMetadata::initial(7).encode()),
+    ];
+    for (what, value) in cases {
+        let dir = tempdir().unwrap();
+        {
+            let raw = DB::open_default(db_path(dir.path(), 0)).unwrap();
+            raw.put(METADATA_KEY, value).unwrap();
+        }
+        let reason = assert_corrupt_then_wipe(dir.path(), what);
+        assert!(reason.contains("metadata"), "{what}: {reason}");
+    }
+}
+
+#[test]
+fn a_database_that_never_committed_is_empty() {
+    let dir = tempdir().unwrap();
+    drop(DB::open_default(db_path(dir.path(), 0)).unwrap());
+    let opened = RocksStore::open(dir.path(), 0, &super::test_support::tuning()).unwrap();
+    assert_eq!(opened.outcome, OpenOutcome::Empty);
+}

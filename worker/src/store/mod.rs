@@ -1,0 +1,45 @@
+//! The local state store of a task: committed state plus the metadata that says which input
+//! and changelog offsets it includes, behind the [`StateStore`] trait, with RocksDB
+//! ([`RocksStore`], one instance per task in `<state dir>/task-<i>/db`) as the engine.
+//!
+//! This module owns the on-disk state of a task and its crash safety (atomic commits,
+//! restores that never look finished before they are, corruption detection on open, the
+//! task directory lock). It knows nothing of Kafka or S3: the exactly-once loop decides
+//! *when* to commit and the checkpoint uploader what to do with a checkpoint directory.
+//!
+//! Layout: [`api`] (the trait and its outcomes), [`error`], [`metadata`] (the reserved
+//! metadata key and its encoding), [`changes`] (a transaction's coalesced writes),
+//! [`overlay`] (uncommitted changes over the store, the processors' `StateAccess`),
+//! `rocks` and `rocks_open` (the RocksDB engine).
+
+pub mod api;
+pub mod changes;
+pub mod error;
+pub mod metadata;
+pub mod overlay;
+mod rocks;
+mod rocks_open;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod corrupt_tests;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod crash_tests;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod overlay_tests;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod rocks_tests;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod test_support;
+
+pub use api::{CheckpointInfo, OpenOutcome, StateStore, StoreFile};
+pub use changes::ChangeSet;
+pub use error::StoreError;
+pub use metadata::{METADATA_FORMAT_VERSION, MetadataError, TaskMetadata};
+pub use overlay::Overlay;
+pub use rocks::{Opened, RocksStore, db_path};
+pub use rocks_open::BlockCache;

@@ -1,0 +1,174 @@
+//! [`Overlay`]: the open transaction's uncommitted changes over a task's committed
+//! [`StateStore`], handed to processors as their [`StateAccess`].
+//!
+//! Reads see the overlay first, then the store; writes go to the overlay only. The loop
+//! produces one changelog record per changed key from [`Overlay::changes`] and, once the
+//! Kafka transaction committed, hands [`Overlay::into_changes`] to [`StateStore::commit`].
+//! On abort it calls [`Overlay::clear`]. The overlay never writes to the store itself.
+
+use std::cmp::Ordering;
+use std::iter::Peekable;
+
+use super::api::StateStore;
+use super::changes::ChangeSet;
+use super::error::{StoreError, hex};
+use super::metadata::is_reserved_key;
+use crate::processor::{Entry, StateAccess, StateError};
+
+/// Uncommitted changes over a committed base.
+pub struct Overlay<'a> {
+    base: &'a dyn StateStore,
+    changes: ChangeSet,
+}
+
+impl std::fmt::Debug for Overlay<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Overlay")
+            .field("task", &self.base.task())
+            .field("changed_keys", &self.changes.len())
+            .finish()
+    }
+}
+
+impl<'a> Overlay<'a> {
+    /// An empty overlay over `base`.
+    pub fn new(base: &'a dyn StateStore) -> Self {
+        Self::with_changes(base, ChangeSet::new())
+    }
+
+    /// An overlay over `base` holding `changes` (e.g. a cleared set reused for its
+    /// allocation, or changes carried across a borrow of the store).
+    pub fn with_changes(base: &'a dyn StateStore, changes: ChangeSet) -> Self {
+        Self { base, changes }
+    }
+
+    /// The coalesced changes so far, in key order (last write per key wins).
+    pub fn changes(&self) -> &ChangeSet {
+        &self.changes
+    }
+
+    /// The changes, ending the overlay's borrow of the store so they can be committed.
+    pub fn into_changes(self) -> ChangeSet {
+        self.changes
+    }
+
+    /// Forgets every uncommitted change (the transaction was aborted).
+    pub fn clear(&mut self) {
+        self.changes.clear();
+    }
+
+    fn check_key(&self, op: &'static str, key: &[u8]) -> Result<(), StateError> {
+        if is_reserved_key(key) {
+            let error = StoreError::ReservedKey {
+                task: self.base.task(),
+                key_hex: hex(key),
+            };
+            return Err(StateError::backend(op, error));
+        }
+        Ok(())
+    }
+}
+
+impl StateAccess for Overlay<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        self.check_key("get", key)?;
+        match self.changes.get(key) {
+            Some(change) => Ok(change.map(<[u8]>::to_vec)),
+            None => self
+                .base
+                .get(key)
+                .map_err(|e| StateError::backend("get", e)),
+        }
+    }
+
+    fn put(&mut self, key: &[u8], value: Vec<u8>) -> Result<(), StateError> {
+        self.check_key("put", key)?;
+        self.changes.put(key, value);
+        Ok(())
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<(), StateError> {
+        self.check_key("delete", key)?;
+        self.changes.delete(key);
+        Ok(())
+    }
+
+    fn scan(&self, from: &[u8], to: &[u8]) -> Result<Vec<Entry>, StateError> {
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        let base = self
+            .base
+            .scan(from, to)
+            .map_err(|e| StateError::backend("scan", e))?;
+        Ok(merge(base, self.changes.range(from, to)))
+    }
+}
+
+/// Merges committed entries with overlay changes, both in ascending key order: an overlay
+/// change replaces the committed entry of the same key, and a deletion hides it.
+fn merge<'c>(
+    base: Vec<Entry>,
+    changes: impl Iterator<Item = (&'c [u8], Option<&'c [u8]>)>,
+) -> Vec<Entry> {
+    let mut out = Vec::with_capacity(base.len());
+    let mut base = base.into_iter().peekable();
+    let mut changes: Peekable<_> = changes.peekable();
+    loop {
+        let order = match (base.peek(), changes.peek()) {
+            (None, None) => break,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((bk, _)), Some((ck, _))) => bk.as_slice().cmp(ck),
+        };
+        if order != Ordering::Greater {
+            // The base entry comes first, or is replaced by the change to the same key.
+            let entry = base.next();
+            if order == Ordering::Less {
+                out.extend(entry);
+                continue;
+            }
+        }
+        if let Some((key, Some(value))) = changes.next() {
+            out.push((key.to_vec(), value.to_vec()));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    fn entries(pairs: &[(&str, &str)]) -> Vec<Entry> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn merge_replaces_hides_and_interleaves() {
+        let base = entries(&[("a", "1"), ("c", "1"), ("e", "1"), ("g", "1")]);
+        let mut changes = ChangeSet::new();
+        changes.put(b"b", b"2".to_vec()); // new key between base keys
+        changes.put(b"c", b"2".to_vec()); // replaces
+        changes.delete(b"e"); // hides
+        changes.delete(b"f"); // deleting an absent key shows nothing
+        changes.put(b"h", b"2".to_vec()); // after every base key
+        let merged = merge(base, changes.iter());
+        assert_eq!(
+            merged,
+            entries(&[("a", "1"), ("b", "2"), ("c", "2"), ("g", "1"), ("h", "2")])
+        );
+    }
+
+    #[test]
+    fn merge_of_nothing_is_nothing() {
+        assert!(merge(Vec::new(), ChangeSet::new().iter()).is_empty());
+        let mut only_deletes = ChangeSet::new();
+        only_deletes.delete(b"a");
+        assert!(merge(Vec::new(), only_deletes.iter()).is_empty());
+    }
+}

@@ -1,0 +1,203 @@
+//! The overlay over a real RocksStore: read-your-writes, scan merging, commit and abort,
+//! and a model check against a plain `BTreeMap` for random operation sequences.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use tempfile::tempdir;
+
+use super::test_support::{bytes, changes, meta, open_empty};
+use super::{ChangeSet, Overlay, StateStore};
+use crate::processor::StateAccess;
+
+#[test]
+fn processors_read_their_own_writes_before_the_store() {
+    let dir = tempdir().unwrap();
+    let mut store = open_empty(dir.path(), 0);
+    store
+        .commit(
+            &changes(&[("ca", Some("1")), ("cb", Some("1")), ("cc", Some("1"))]),
+            &meta(0, 1, 1),
+        )
+        .unwrap();
+
+    let mut overlay = Overlay::new(&store);
+    overlay.put(b"cb", bytes("2")).unwrap();
+    overlay.delete(b"cc").unwrap();
+    overlay.put(b"cd", bytes("2")).unwrap();
+    overlay.put(b"cd", bytes("3")).unwrap();
+
+    assert_eq!(
+        overlay.get(b"ca").unwrap(),
+        Some(bytes("1")),
+        "from the store"
+    );
+    assert_eq!(
+        overlay.get(b"cb").unwrap(),
+        Some(bytes("2")),
+        "own write wins"
+    );
+    assert_eq!(
+        overlay.get(b"cc").unwrap(),
+        None,
+        "own delete hides the store"
+    );
+    assert_eq!(
+        overlay.scan(b"c", b"d").unwrap(),
+        vec![
+            (bytes("ca"), bytes("1")),
+            (bytes("cb"), bytes("2")),
+            (bytes("cd"), bytes("3"))
+        ]
+    );
+    assert_eq!(
+        overlay.scan(b"cb", b"cd").unwrap(),
+        vec![(bytes("cb"), bytes("2"))]
+    );
+    // One change per key, last write wins: what the changelog will carry.
+    let produced: Vec<_> = overlay.changes().iter().collect();
+    assert_eq!(
+        produced,
+        vec![
+            (&b"cb"[..], Some(&b"2"[..])),
+            (&b"cc"[..], None),
+            (&b"cd"[..], Some(&b"3"[..]))
+        ]
+    );
+    assert_eq!(
+        store.get(b"cb").unwrap(),
+        Some(bytes("1")),
+        "nothing reaches the store"
+    );
+
+    let committed = overlay.into_changes();
+    store.commit(&committed, &meta(0, 2, 4)).unwrap();
+    assert_eq!(store.scan(b"c", b"d").unwrap().len(), 3);
+    assert_eq!(store.get(b"cc").unwrap(), None);
+}
+
+#[test]
+fn clear_discards_an_aborted_transaction() {
+    let dir = tempdir().unwrap();
+    let mut store = open_empty(dir.path(), 0);
+    store
+        .commit(&changes(&[("ca", Some("1"))]), &meta(0, 1, 1))
+        .unwrap();
+    let mut overlay = Overlay::new(&store);
+    overlay.put(b"ca", bytes("2")).unwrap();
+    overlay.delete(b"ca").unwrap();
+    overlay.clear();
+    assert!(overlay.changes().is_empty());
+    assert_eq!(overlay.get(b"ca").unwrap(), Some(bytes("1")));
+}
+
+#[test]
+fn reserved_keys_are_refused_and_never_scanned() {
+    let dir = tempdir().unwrap();
+    let mut store = open_empty(dir.path(), 0);
+    store
+        .commit(&changes(&[("ca", Some("1"))]), &meta(0, 1, 1))
+        .unwrap();
+    let mut overlay = Overlay::new(&store);
+    let error = overlay.put(b"\x00x", bytes("1")).unwrap_err();
+    assert!(error.to_string().contains("put"), "{error}");
+    assert!(overlay.delete(b"").is_err());
+    assert!(overlay.get(b"\x00streamkeeper.task-metadata").is_err());
+    assert_eq!(
+        overlay.scan(b"", &[0xff]).unwrap(),
+        vec![(bytes("ca"), bytes("1"))]
+    );
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put(Vec<u8>, Vec<u8>),
+    Delete(Vec<u8>),
+    Get(Vec<u8>),
+    Scan(Vec<u8>, Vec<u8>),
+    Commit,
+    Abort,
+}
+
+/// Short keys over a few bytes, including the edges of the state range.
+fn key() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(
+        prop::sample::select(vec![0x01u8, b'a', b'b', b'c', 0xff]),
+        1..4,
+    )
+}
+
+fn bound() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(
+        prop::sample::select(vec![0x00u8, 0x01, b'a', b'b', b'c', 0xff]),
+        0..4,
+    )
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (key(), prop::collection::vec(any::<u8>(), 0..3)).prop_map(|(k, v)| Op::Put(k, v)),
+        2 => key().prop_map(Op::Delete),
+        2 => key().prop_map(Op::Get),
+        3 => (bound(), bound()).prop_map(|(a, b)| Op::Scan(a, b)),
+        1 => Just(Op::Commit),
+        1 => Just(Op::Abort),
+    ]
+}
+
+fn model_scan(
+    model: &BTreeMap<Vec<u8>, Vec<u8>>,
+    from: &[u8],
+    to: &[u8],
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    model
+        .iter()
+        .filter(|(k, _)| from <= k.as_slice() && k.as_slice() < to)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn overlay_over_rocksdb_behaves_like_a_map(ops in prop::collection::vec(op(), 1..60)) {
+        let dir = tempdir().unwrap();
+        let mut store = open_empty(dir.path(), 0);
+        let mut committed: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut current = committed.clone();
+        let mut pending = ChangeSet::new();
+        let mut commits = 0i64;
+
+        for op in ops {
+            let mut overlay = Overlay::with_changes(&store, std::mem::take(&mut pending));
+            match op {
+                Op::Put(k, v) => {
+                    overlay.put(&k, v.clone()).unwrap();
+                    current.insert(k, v);
+                }
+                Op::Delete(k) => {
+                    overlay.delete(&k).unwrap();
+                    current.remove(&k);
+                }
+                Op::Get(k) => prop_assert_eq!(overlay.get(&k).unwrap(), current.get(&k).cloned()),
+                Op::Scan(a, b) => {
+                    prop_assert_eq!(overlay.scan(&a, &b).unwrap(), model_scan(&current, &a, &b));
+                }
+                Op::Abort => {
+                    overlay.clear();
+                    current = committed.clone();
+                }
+                Op::Commit => {
+                    let changes = overlay.into_changes();
+                    commits += 1;
+                    store.commit(&changes, &meta(0, commits, commits)).unwrap();
+                    committed = current.clone();
+                    prop_assert_eq!(store.scan(b"", &[0xff, 0xff, 0xff, 0xff]).unwrap(), model_scan(&committed, b"", &[0xff, 0xff, 0xff, 0xff]));
+                    continue;
+                }
+            }
+            pending = overlay.into_changes();
+        }
+    }
+}

@@ -1,0 +1,409 @@
+//! [`RocksStore`]: the [`StateStore`] of one task on its own RocksDB instance in
+//! `<state dir>/task-<i>/db`.
+//!
+//! Crash safety (the reasoning behind each write's options):
+//! - `commit` is one `WriteBatch` (changes + metadata) through the WAL, not synced. RocksDB
+//!   hands each logged write to the OS before returning, so it survives a killed process.
+//!   A power loss may drop the unsynced tail; point-in-time WAL recovery then yields an older
+//!   *consistent* state whose metadata says so, and the changelog replay completes it. Local
+//!   state only ever holds Kafka-committed changes, so losing a suffix is always repairable.
+//! - `restore_batch` writes each batch atomically with its metadata marked `restoring`. The
+//!   first batch of a restore goes through the WAL (it is the durable marker); later ones
+//!   skip it. Memtables flush in sequence order, so after a crash the store holds the marker
+//!   plus a prefix of the batches, and the metadata of the last one: consistent, reported as
+//!   [`OpenOutcome::Interrupted`]. No logged write is allowed between them (`commit` is
+//!   refused while restoring), so an unlogged batch can never be lost *under* a later logged
+//!   write.
+//! - `finish_restore` flushes the memtables (waiting until the SSTs are in the MANIFEST),
+//!   and only then writes the cleared marker through the WAL with sync.
+
+use std::fs::{self, File};
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use rocksdb::checkpoint::Checkpoint;
+use rocksdb::{DB, Direction, IteratorMode, ReadOptions, WriteBatch, WriteOptions};
+use streamkeeper_contract::worker_config::RocksDbTuning;
+
+use super::api::{CheckpointInfo, OpenOutcome, StateStore, StoreFile};
+use super::changes::ChangeSet;
+use super::error::{StoreError, hex};
+use super::metadata::{FIRST_STATE_KEY, METADATA_KEY, TaskMetadata, is_reserved_key};
+use super::rocks_open::{
+    BlockCache, TaskPaths, db_options, inspect, is_fresh, is_lock_error, lock_task_dir,
+};
+use crate::processor::Entry;
+
+/// A freshly opened store and what it found.
+#[derive(Debug)]
+pub struct Opened {
+    /// The store; closed when the outcome is [`OpenOutcome::Corrupt`] (wipe it first).
+    pub store: RocksStore,
+    /// What the task's directory held.
+    pub outcome: OpenOutcome,
+}
+
+/// One task's state in its own RocksDB instance. Holds the task directory's lock.
+pub struct RocksStore {
+    task: u32,
+    paths: TaskPaths,
+    tuning: RocksDbTuning,
+    cache: BlockCache,
+    /// `None` only while the store is closed after being found corrupt.
+    db: Option<DB>,
+    meta: Option<TaskMetadata>,
+    /// Declared after `db` so the database closes before the lock is released.
+    _lock: File,
+}
+
+impl std::fmt::Debug for RocksStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksStore")
+            .field("task", &self.task)
+            .field("path", &self.paths.db)
+            .field("open", &self.db.is_some())
+            .field("metadata", &self.meta)
+            .finish()
+    }
+}
+
+impl RocksStore {
+    /// Opens (or creates) task `task`'s store below `state_dir`, with a block cache of its own.
+    pub fn open(state_dir: &Path, task: u32, tuning: &RocksDbTuning) -> Result<Opened, StoreError> {
+        let cache = BlockCache::new(tuning.block_cache_bytes);
+        Self::open_with_cache(state_dir, task, tuning, &cache)
+    }
+
+    /// Like [`RocksStore::open`], sharing `cache` with other stores (its size is the
+    /// cache's, not `tuning.block_cache_bytes`).
+    pub fn open_with_cache(
+        state_dir: &Path,
+        task: u32,
+        tuning: &RocksDbTuning,
+        cache: &BlockCache,
+    ) -> Result<Opened, StoreError> {
+        let paths = TaskPaths::new(state_dir, task);
+        let lock = lock_task_dir(&paths, task)?;
+        let mut store = RocksStore {
+            task,
+            paths,
+            tuning: tuning.clone(),
+            cache: cache.clone(),
+            db: None,
+            meta: None,
+            _lock: lock,
+        };
+        let outcome = store.open_engine()?;
+        match &outcome {
+            OpenOutcome::Corrupt { reason } => {
+                tracing::warn!(task, path = %store.paths.db.display(), %reason, "local state is corrupt");
+            }
+            other => tracing::info!(task, outcome = ?other, "local state opened"),
+        }
+        Ok(Opened { store, outcome })
+    }
+
+    /// The metadata of the stored state as of the last write (also [`StateStore::metadata`],
+    /// here so callers holding a `RocksStore` need not import the trait).
+    pub fn metadata(&self) -> Option<TaskMetadata> {
+        self.meta
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.paths.db
+    }
+
+    /// Flushes the memtables to SST files (e.g. before a clean shutdown).
+    pub fn flush(&self) -> Result<(), StoreError> {
+        let db = self.db("flush")?;
+        db.flush().map_err(|e| self.engine("flush", e))
+    }
+
+    fn open_engine(&mut self) -> Result<OpenOutcome, StoreError> {
+        let fresh = is_fresh(&self.paths.db).map_err(|source| StoreError::Io {
+            op: "inspect database directory",
+            task: self.task,
+            path: self.paths.db.clone(),
+            source,
+        })?;
+        let opts = db_options(&self.tuning, &self.cache, fresh);
+        let db = match DB::open(&opts, &self.paths.db) {
+            Ok(db) => db,
+            Err(e) if is_lock_error(&e) => {
+                return Err(StoreError::Locked {
+                    task: self.task,
+                    path: self.paths.db.join("LOCK"),
+                });
+            }
+            Err(e) if fresh => return Err(self.engine("create", e)),
+            Err(e) => {
+                return Ok(OpenOutcome::Corrupt {
+                    reason: format!("the database does not open: {e}"),
+                });
+            }
+        };
+        let outcome = inspect(&db, self.task);
+        match &outcome {
+            OpenOutcome::Valid(meta) | OpenOutcome::Interrupted(meta) => self.meta = Some(*meta),
+            OpenOutcome::Empty => self.meta = None,
+            // Closed until wiped: nothing may read or extend untrusted state.
+            OpenOutcome::Corrupt { .. } => return Ok(outcome),
+        }
+        self.db = Some(db);
+        Ok(outcome)
+    }
+
+    fn db(&self, op: &'static str) -> Result<&DB, StoreError> {
+        self.db.as_ref().ok_or_else(|| StoreError::InvalidState {
+            op,
+            task: self.task,
+            path: self.paths.db.clone(),
+            why: "the store was found corrupt and is closed until wiped",
+        })
+    }
+
+    fn engine(&self, op: &'static str, error: rocksdb::Error) -> StoreError {
+        let path = self.paths.db.clone();
+        let task = self.task;
+        if error.kind() == rocksdb::ErrorKind::Corruption {
+            StoreError::Corruption {
+                op,
+                task,
+                path,
+                source: error.into(),
+            }
+        } else {
+            StoreError::Engine {
+                op,
+                task,
+                path,
+                source: error.into(),
+            }
+        }
+    }
+
+    fn invalid(&self, op: &'static str, why: &'static str) -> StoreError {
+        StoreError::InvalidState {
+            op,
+            task: self.task,
+            path: self.paths.db.clone(),
+            why,
+        }
+    }
+
+    fn restoring(&self) -> bool {
+        self.meta.is_some_and(|m| m.restoring)
+    }
+
+    /// One batch of `changes` plus `meta`, after checking the keys and the task.
+    fn batch(&self, changes: &ChangeSet, meta: &TaskMetadata) -> Result<WriteBatch, StoreError> {
+        if meta.task != self.task {
+            return Err(StoreError::TaskMismatch {
+                task: self.task,
+                found: meta.task,
+            });
+        }
+        let mut batch = WriteBatch::default();
+        for (key, value) in changes.iter() {
+            if is_reserved_key(key) {
+                return Err(StoreError::ReservedKey {
+                    task: self.task,
+                    key_hex: hex(key),
+                });
+            }
+            match value {
+                Some(value) => batch.put(key, value),
+                None => batch.delete(key),
+            }
+        }
+        batch.put(METADATA_KEY, meta.encode());
+        Ok(batch)
+    }
+
+    fn write(
+        &mut self,
+        op: &'static str,
+        batch: WriteBatch,
+        opts: &WriteOptions,
+        meta: TaskMetadata,
+    ) -> Result<(), StoreError> {
+        let db = self.db(op)?;
+        db.write_opt(batch, opts).map_err(|e| self.engine(op, e))?;
+        self.meta = Some(meta);
+        Ok(())
+    }
+
+    fn reserved(&self, key: &[u8]) -> StoreError {
+        StoreError::ReservedKey {
+            task: self.task,
+            key_hex: hex(key),
+        }
+    }
+}
+
+impl StateStore for RocksStore {
+    fn task(&self) -> u32 {
+        self.task
+    }
+
+    fn metadata(&self) -> Option<TaskMetadata> {
+        RocksStore::metadata(self)
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if is_reserved_key(key) {
+            return Err(self.reserved(key));
+        }
+        let db = self.db("get")?;
+        db.get(key).map_err(|e| self.engine("get", e))
+    }
+
+    fn scan(&self, from: &[u8], to: &[u8]) -> Result<Vec<Entry>, StoreError> {
+        // The reserved range (metadata) is never part of a scan.
+        let from = from.max(FIRST_STATE_KEY);
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        let db = self.db("scan")?;
+        let mut opts = ReadOptions::default();
+        opts.set_iterate_upper_bound(to.to_vec());
+        db.iterator_opt(IteratorMode::From(from, Direction::Forward), opts)
+            .map(|item| {
+                item.map(|(k, v)| (k.into_vec(), v.into_vec()))
+                    .map_err(|e| self.engine("scan", e))
+            })
+            .collect()
+    }
+
+    fn commit(&mut self, changes: &ChangeSet, metadata: &TaskMetadata) -> Result<(), StoreError> {
+        if metadata.restoring {
+            return Err(self.invalid("commit", "the metadata is marked restoring"));
+        }
+        if self.restoring() {
+            return Err(self.invalid(
+                "commit",
+                "a restore is unfinished: finish it or wipe the store first",
+            ));
+        }
+        let batch = self.batch(changes, metadata)?;
+        // WAL on, no sync: see the module docs.
+        self.write("commit", batch, &WriteOptions::default(), *metadata)
+    }
+
+    fn restore_batch(
+        &mut self,
+        changes: &ChangeSet,
+        metadata: &TaskMetadata,
+    ) -> Result<(), StoreError> {
+        let meta = TaskMetadata {
+            restoring: true,
+            ..*metadata
+        };
+        let batch = self.batch(changes, &meta)?;
+        // The first batch of a restore is logged: it is the durable `restoring` marker that
+        // every later (unlogged) batch sorts after.
+        let mut opts = WriteOptions::default();
+        opts.disable_wal(self.restoring());
+        self.write("restore", batch, &opts, meta)
+    }
+
+    fn finish_restore(&mut self) -> Result<TaskMetadata, StoreError> {
+        let Some(meta) = self.meta.filter(|m| m.restoring) else {
+            return Err(self.invalid("finish_restore", "no restore is in progress"));
+        };
+        // Every unlogged batch must be in SST files before the marker is cleared.
+        self.flush()?;
+        let done = TaskMetadata {
+            restoring: false,
+            ..meta
+        };
+        let mut batch = WriteBatch::default();
+        batch.put(METADATA_KEY, done.encode());
+        let mut opts = WriteOptions::default();
+        opts.set_sync(true);
+        self.write("finish_restore", batch, &opts, done)?;
+        tracing::info!(task = self.task, metadata = ?done, "restore finished");
+        Ok(done)
+    }
+
+    fn wipe(&mut self) -> Result<(), StoreError> {
+        // Close first; the task lock stays held throughout.
+        self.db = None;
+        self.meta = None;
+        match fs::remove_dir_all(&self.paths.db) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(StoreError::Io {
+                    op: "delete database directory",
+                    task: self.task,
+                    path: self.paths.db.clone(),
+                    source,
+                });
+            }
+        }
+        let opts = db_options(&self.tuning, &self.cache, true);
+        let db = DB::open(&opts, &self.paths.db).map_err(|e| self.engine("create", e))?;
+        self.db = Some(db);
+        tracing::info!(task = self.task, path = %self.paths.db.display(), "local state wiped");
+        Ok(())
+    }
+
+    fn checkpoint(&self, dir: &Path) -> Result<CheckpointInfo, StoreError> {
+        if self.restoring() {
+            return Err(self.invalid("checkpoint", "a restore is unfinished"));
+        }
+        let db = self.db("checkpoint")?;
+        Checkpoint::new(db)
+            .and_then(|c| c.create_checkpoint(dir))
+            .map_err(|e| self.engine("checkpoint", e))?;
+        let files = list_files(dir).map_err(|source| StoreError::Io {
+            op: "list checkpoint",
+            task: self.task,
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        Ok(CheckpointInfo {
+            metadata: self.meta,
+            files,
+        })
+    }
+
+    fn live_files(&self) -> Result<Vec<StoreFile>, StoreError> {
+        let db = self.db("live_files")?;
+        let mut files: Vec<StoreFile> = db
+            .live_files()
+            .map_err(|e| self.engine("live_files", e))?
+            .into_iter()
+            .map(|f| StoreFile {
+                name: f.name.trim_start_matches('/').to_owned(),
+                size_bytes: u64::try_from(f.size).unwrap_or(u64::MAX),
+            })
+            .collect();
+        files.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(files)
+    }
+}
+
+/// The regular files directly in `dir`, sorted by name.
+fn list_files(dir: &Path) -> std::io::Result<Vec<StoreFile>> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_file() {
+            files.push(StoreFile {
+                name: entry.file_name().to_string_lossy().into_owned(),
+                size_bytes: meta.len(),
+            });
+        }
+    }
+    files.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(files)
+}
+
+/// The path of task `task`'s database below `state_dir` (for tools and tests).
+pub fn db_path(state_dir: &Path, task: u32) -> PathBuf {
+    TaskPaths::new(state_dir, task).db
+}

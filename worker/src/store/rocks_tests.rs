@@ -1,0 +1,306 @@
+//! RocksStore against the real RocksDB: commits and metadata across reopen, locking,
+//! restores, checkpoints, tuning.
+
+use std::fs;
+
+use rocksdb::DB;
+use streamkeeper_contract::worker_config::{Compression, RocksDbTuning};
+use tempfile::tempdir;
+
+use super::test_support::{bytes, changes, meta, open, open_empty, tuning};
+use super::{OpenOutcome, RocksStore, StateStore, StoreError, db_path};
+
+#[test]
+fn a_fresh_store_is_empty_and_lives_in_its_task_directory() {
+    let dir = tempdir().unwrap();
+    let store = open_empty(dir.path(), 4);
+    assert_eq!(store.path(), dir.path().join("task-4/db"));
+    assert!(store.path().join("CURRENT").is_file());
+    assert_eq!(store.metadata(), None);
+    assert_eq!(store.scan(b"", &[0xff]).unwrap(), vec![]);
+}
+
+#[test]
+fn commit_applies_changes_and_metadata_together_across_reopen() {
+    let dir = tempdir().unwrap();
+    let mut store = open_empty(dir.path(), 1);
+    let first = meta(1, 10, 3);
+    store
+        .commit(
+            &changes(&[("ca", Some("1")), ("cb", Some("1")), ("cc", Some("1"))]),
+            &first,
+        )
+        .unwrap();
+    let second = meta(1, 20, 6);
+    store
+        .commit(
+            &changes(&[("cb", Some("2")), ("cc", None), ("cd", Some("2"))]),
+            &second,
+        )
+        .unwrap();
+    assert_eq!(store.metadata(), Some(second));
+    drop(store);
+
+    let reopened = open(dir.path(), 1);
+    assert_eq!(reopened.outcome, OpenOutcome::Valid(second));
+    let store = reopened.store;
+    assert_eq!(store.metadata(), Some(second));
+    assert_eq!(
+        store.scan(b"", &[0xff]).unwrap(),
+        vec![
+            (bytes("ca"), bytes("1")),
+            (bytes("cb"), bytes("2")),
+            (bytes("cd"), bytes("2"))
+        ],
+        "the metadata key never shows in a scan, deletes are applied"
+    );
+    assert_eq!(store.get(b"cc").unwrap(), None);
+    assert_eq!(
+        store.scan(b"cb", b"cd").unwrap(),
+        vec![(bytes("cb"), bytes("2"))]
+    );
+    assert_eq!(store.scan(b"cd", b"cb").unwrap(), vec![], "inverted range");
+}
+
+#[test]
+fn a_rejected_commit_writes_nothing() {
+    let dir = tempdir().unwrap();
+    let mut store = open_empty(dir.path(), 2);
+    let good = meta(2, 5, 5);
+    store.commit(&changes(&[("ca", Some("1"))]), &good).unwrap();
+
+    let mut reserved = changes(&[("cb", Some("1"))]);
+    reserved.put(b"\x00sneaky", b"x".to_vec());
+    let error = store.commit(&reserved, &meta(2, 6, 6)).unwrap_err();
+    assert_eq!(error.category(), "state_reserved_key");
+    let error = store
+        .commit(&changes(&[("cb", Some("1"))]), &meta(3, 6, 6))
+        .unwrap_err();
+    assert!(matches!(
+        error,
+        StoreError::TaskMismatch { task: 2, found: 3 }
+    ));
+    let error = store
+        .commit(&changes(&[("", Some("1"))]), &meta(2, 6, 6))
+        .unwrap_err();
+    assert_eq!(
+        error.category(),
+        "state_reserved_key",
+        "the empty key is reserved"
+    );
+    assert!(matches!(
+        store.get(b"\x00streamkeeper.task-metadata"),
+        Err(StoreError::ReservedKey { .. })
+    ));
+
+    assert_eq!(store.get(b"cb").unwrap(), None);
+    drop(store);
+    assert_eq!(open(dir.path(), 2).outcome, OpenOutcome::Valid(good));
+}
+
+#[test]
+fn a_second_open_of_the_same_task_is_locked() {
+    let dir = tempdir().unwrap();
+    let _first = open_empty(dir.path(), 0);
+    let error = RocksStore::open(dir.path(), 0, &tuning()).unwrap_err();
+    let StoreError::Locked { task, path } = &error else {
+        panic!("expected Locked, got {error:?}");
+    };
+    assert_eq!(*task, 0);
+    assert_eq!(path, &dir.path().join("task-0/owner.lock"));
+    assert!(
+        error.to_string().contains("locked by another owner"),
+        "{error}"
+    );
+    // Other tasks are independent.
+    let _other = open_empty(dir.path(), 1);
+}
+
+#[test]
+fn rocksdbs_own_lock_is_reported_as_locked() {
+    // Someone opened the database directly (not through a store): only RocksDB's LOCK
+    // file stands in the way, and its refusal must still come out typed.
+    let dir = tempdir().unwrap();
+    drop(open_empty(dir.path(), 0));
+    let _raw = DB::open_default(db_path(dir.path(), 0)).unwrap();
+    let error = RocksStore::open(dir.path(), 0, &tuning()).unwrap_err();
+    let StoreError::Locked { path, .. } = &error else {
+        panic!("expected Locked, got {error:?}");
+    };
+    assert_eq!(path, &db_path(dir.path(), 0).join("LOCK"));
+}
+
+#[test]
+fn a_wiped_store_is_open_empty_and_still_locked() {
+    let dir = tempdir().unwrap();
+    let mut store = open_empty(dir.path(), 0);
+    store
+        .commit(&changes(&[("ca", Some("1"))]), &meta(0, 1, 1))
+        .unwrap();
+    store.wipe().unwrap();
+    assert_eq!(store.metadata(), None);
+    assert_eq!(store.get(b"ca").unwrap(), None);
+    assert!(matches!(
+        RocksStore::open(dir.path(), 0, &tuning()),
+        Err(StoreError::Locked { .. })
+    ));
+    store
+        .commit(&changes(&[("cb", Some("1"))]), &meta(0, 2, 2))
+        .unwrap();
+    drop(store);
+    let reopened = open(dir.path(), 0);
+    assert_eq!(reopened.outcome, OpenOutcome::Valid(meta(0, 2, 2)));
+    assert_eq!(reopened.store.get(b"ca").unwrap(), None);
+}
+
+#[test]
+fn restore_batches_become_valid_only_after_finish() {
+    let dir = tempdir().unwrap();
+    let mut store = open_empty(dir.path(), 3);
+    store
+        .restore_batch(
+            &changes(&[("ca", Some("1")), ("cb", Some("1"))]),
+            &meta(3, 0, 100),
+        )
+        .unwrap();
+    store
+        .restore_batch(
+            &changes(&[("cb", None), ("cc", Some("2"))]),
+            &meta(3, 0, 200),
+        )
+        .unwrap();
+    let during = store.metadata().unwrap();
+    assert!(during.restoring, "the stored metadata is marked restoring");
+    assert_eq!(during.next_changelog_offset, 200);
+
+    // Nothing else may write or copy the state while it is restoring.
+    let refused = store.commit(&changes(&[]), &meta(3, 1, 200)).unwrap_err();
+    assert_eq!(refused.category(), "state_invalid_call");
+    assert!(store.checkpoint(&dir.path().join("cp")).is_err());
+
+    let done = store.finish_restore().unwrap();
+    assert_eq!(done, meta(3, 0, 200));
+    assert!(
+        store.finish_restore().is_err(),
+        "no restore in progress any more"
+    );
+    drop(store);
+
+    let reopened = open(dir.path(), 3);
+    assert_eq!(reopened.outcome, OpenOutcome::Valid(done));
+    assert_eq!(
+        reopened.store.scan(b"c", b"d").unwrap(),
+        vec![(bytes("ca"), bytes("1")), (bytes("cc"), bytes("2"))]
+    );
+}
+
+#[test]
+fn an_unfinished_restore_reopens_interrupted_and_can_resume() {
+    let dir = tempdir().unwrap();
+    let mut store = open_empty(dir.path(), 0);
+    store
+        .commit(&changes(&[("ca", Some("0"))]), &meta(0, 7, 10))
+        .unwrap();
+    store
+        .restore_batch(&changes(&[("ca", Some("1"))]), &meta(0, 7, 20))
+        .unwrap();
+    store
+        .restore_batch(&changes(&[("cb", Some("1"))]), &meta(0, 7, 30))
+        .unwrap();
+    drop(store); // no finish_restore
+
+    let reopened = open(dir.path(), 0);
+    let OpenOutcome::Interrupted(found) = reopened.outcome else {
+        panic!(
+            "an unfinished restore must not open as {:?}",
+            reopened.outcome
+        );
+    };
+    assert!(found.restoring);
+    assert_eq!(found.next_changelog_offset, 30);
+    let mut store = reopened.store;
+    assert!(store.commit(&changes(&[]), &meta(0, 8, 30)).is_err());
+
+    store
+        .restore_batch(&changes(&[("cc", Some("1"))]), &meta(0, 7, 40))
+        .unwrap();
+    assert_eq!(store.finish_restore().unwrap(), meta(0, 7, 40));
+    drop(store);
+    let reopened = open(dir.path(), 0);
+    assert_eq!(reopened.outcome, OpenOutcome::Valid(meta(0, 7, 40)));
+    assert_eq!(reopened.store.scan(b"", &[0xff]).unwrap().len(), 3);
+}
+
+#[test]
+fn a_checkpoint_opens_as_a_valid_store_with_the_same_state() {
+    let dir = tempdir().unwrap();
+    let mut store = open_empty(dir.path(), 5);
+    let m = meta(5, 42, 17);
+    store
+        .commit(&changes(&[("ca", Some("1")), ("cb", Some("2"))]), &m)
+        .unwrap();
+    store.flush().unwrap();
+    let live = store.live_files().unwrap();
+    assert!(
+        !live.is_empty()
+            && live
+                .iter()
+                .all(|f| f.name.ends_with(".sst") && f.size_bytes > 0)
+    );
+
+    let target = tempdir().unwrap();
+    let cp = target.path().join("task-5/db");
+    fs::create_dir_all(cp.parent().unwrap()).unwrap();
+    let info = store.checkpoint(&cp).unwrap();
+    assert_eq!(info.metadata, Some(m));
+    let names: Vec<&str> = info.files.iter().map(|f| f.name.as_str()).collect();
+    assert!(names.contains(&"CURRENT"), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.starts_with("MANIFEST-")),
+        "{names:?}"
+    );
+    for file in &live {
+        assert!(
+            names.contains(&file.name.as_str()),
+            "live SST {} in checkpoint",
+            file.name
+        );
+    }
+    // Writes after the checkpoint do not leak into it.
+    store
+        .commit(&changes(&[("ca", None)]), &meta(5, 43, 18))
+        .unwrap();
+
+    let restored = open(target.path(), 5);
+    assert_eq!(restored.outcome, OpenOutcome::Valid(m));
+    assert_eq!(restored.store.get(b"ca").unwrap(), Some(bytes("1")));
+    assert_eq!(store.get(b"ca").unwrap(), None);
+}
+
+#[test]
+fn tuning_reaches_the_engine() {
+    let dir = tempdir().unwrap();
+    let tuning = RocksDbTuning {
+        block_cache_bytes: 16 << 20,
+        write_buffer_bytes: 3 << 20,
+        compression: Compression::Zstd,
+    };
+    let opened = RocksStore::open(dir.path(), 0, &tuning).unwrap();
+    let options = fs::read_dir(opened.store.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("OPTIONS-")
+        })
+        .expect("RocksDB writes its options file");
+    let text = fs::read_to_string(options).unwrap();
+    assert!(
+        text.contains(&format!("write_buffer_size={}", 3 << 20)),
+        "write buffer"
+    );
+    assert!(text.contains("compression=kZSTD"), "compression");
+    assert!(text.contains(&format!("capacity : {}", 16 << 20)) || text.contains("block_cache"));
+}

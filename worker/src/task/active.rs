@@ -1,0 +1,374 @@
+//! The exactly-once loop of an active task (Kafka Streams EOS-v2 style):
+//! poll input → process into an overlay → produce output, dead letters and one changelog record
+//! per changed key → send the input offset to the transaction → commit → only then apply the
+//! overlay and the offsets to RocksDB in one atomic write. Local state therefore never holds an
+//! uncommitted change, and a restart needs only a delta replay.
+
+use super::restore::partition_of;
+use super::{TaskError, WorkerContext};
+use crate::failpoint;
+use crate::kafka_client;
+use crate::metrics::{ReasonLabel, TaskLabel};
+use crate::processor::config::ProcessorConfig;
+use crate::processor::{Pipeline, ProcessError};
+use crate::store::{ChangeSet, Overlay, RocksStore, StateStore, TaskMetadata};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use std::time::{Duration, Instant};
+
+const KAFKA_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct ActiveLoop<'a> {
+    context: &'a WorkerContext,
+    task: u32,
+    partition: i32,
+    producer: FutureProducer,
+    input: BaseConsumer,
+    pipeline: Pipeline,
+}
+
+impl<'a> ActiveLoop<'a> {
+    /// Creates the clients and claims the task: `init_transactions` fences any older owner
+    /// and aborts its open transaction, so the changelog is final before the restore reads it.
+    pub fn connect(context: &'a WorkerContext, task: u32) -> Result<Self, TaskError> {
+        let config = &context.config;
+        let partition = partition_of(task)?;
+        let transactional_id = config.job.transactional_id(task);
+        let producer: FutureProducer =
+            kafka_client::transactional_producer_config(&config.kafka, &transactional_id)?
+                .create()
+                .map_err(|e| TaskError::kafka("creating the producer", e))?;
+        producer
+            .init_transactions(KAFKA_TIMEOUT)
+            .map_err(|e| TaskError::kafka("init_transactions", e))?;
+        let input: BaseConsumer =
+            kafka_client::consumer_config(&config.kafka, &config.job.group_id())?
+                .create()
+                .map_err(|e| TaskError::kafka("creating the input consumer", e))?;
+        let processor_config = ProcessorConfig::from(&config.processor);
+        let pipeline = Pipeline::from_config(&processor_config)
+            .map_err(|e| TaskError::Internal(format!("processor config: {e}")))?;
+        Ok(Self {
+            context,
+            task,
+            partition,
+            producer,
+            input,
+            pipeline,
+        })
+    }
+
+    /// A consumer for replaying the changelog: committed records only, with end-of-partition
+    /// events so the replay knows when it is done.
+    pub fn restore_consumer(&self) -> Result<BaseConsumer, TaskError> {
+        let config = &self.context.config;
+        let mut client = kafka_client::consumer_config(&config.kafka, &config.job.group_id())?;
+        client.set("enable.partition.eof", "true");
+        client
+            .create()
+            .map_err(|e| TaskError::kafka("creating the changelog consumer", e))
+    }
+
+    /// Positions the input at the committed offset. The offset committed in the last Kafka
+    /// transaction is the truth; the state restored from the changelog matches it exactly.
+    pub fn resume_input(&mut self, store: &mut RocksStore) -> Result<(), TaskError> {
+        let topic = self.context.config.kafka.input_topic.as_str();
+        let mut wanted = TopicPartitionList::new();
+        wanted.add_partition(topic, self.partition);
+        let committed = self
+            .input
+            .committed_offsets(wanted, KAFKA_TIMEOUT)
+            .map_err(|e| TaskError::kafka("reading committed input offsets", e))?;
+        let offset = committed
+            .find_partition(topic, self.partition)
+            .and_then(|p| p.offset().to_raw())
+            .filter(|o| *o >= 0);
+        let start = match offset {
+            Some(offset) => Offset::Offset(offset),
+            None => Offset::Beginning,
+        };
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(topic, self.partition, start)
+            .map_err(|e| TaskError::kafka("assigning the input partition", e))?;
+        self.input
+            .assign(&assignment)
+            .map_err(|e| TaskError::kafka("assigning the input partition", e))?;
+        let mut meta = store
+            .metadata()
+            .unwrap_or_else(|| TaskMetadata::initial(self.task));
+        meta.next_input_offset = offset.unwrap_or(0);
+        tracing::info!(task = self.task, input_offset = ?offset, changelog_offset = meta.next_changelog_offset, "resuming input");
+        self.context.board.update(self.task, |r| {
+            r.next_input_offset = offset;
+            r.next_changelog_offset = Some(meta.next_changelog_offset);
+        });
+        Ok(())
+    }
+
+    /// Processes until shutdown. On shutdown the open transaction is committed first.
+    pub fn run(&mut self, store: &mut RocksStore) -> Result<(), TaskError> {
+        let kafka = &self.context.config.kafka;
+        let mut txn: Option<Transaction> = None;
+        let mut last_lag_check: Option<Instant> = None;
+        loop {
+            let shutting_down = self.context.shutting_down();
+            if let Some(open) = &txn {
+                let due = open.started.elapsed() >= kafka.commit_interval
+                    || open.records >= kafka.commit_max_records;
+                if due || shutting_down {
+                    let open = txn
+                        .take()
+                        .ok_or_else(|| TaskError::Internal("no transaction".into()))?;
+                    self.commit(store, open)?;
+                }
+            }
+            if shutting_down {
+                return Ok(());
+            }
+            if last_lag_check.is_none_or(|at| at.elapsed() >= Duration::from_secs(2)) {
+                self.report_lag(store);
+                last_lag_check = Some(Instant::now());
+            }
+            let message = match self.input.poll(Duration::from_millis(20)) {
+                None => continue,
+                Some(Err(error)) => return Err(TaskError::kafka("polling input", error)),
+                Some(Ok(message)) => message,
+            };
+            if txn.is_none() {
+                self.producer
+                    .begin_transaction()
+                    .map_err(|e| TaskError::kafka("begin_transaction", e))?;
+                txn = Some(Transaction::new());
+            }
+            let open = txn
+                .as_mut()
+                .ok_or_else(|| TaskError::Internal("no transaction".into()))?;
+            let payload = message.payload().unwrap_or_default();
+            self.process_one(store, open, payload, message.offset())?;
+            failpoint::hit("mid-transaction");
+        }
+    }
+
+    fn process_one(
+        &self,
+        store: &RocksStore,
+        txn: &mut Transaction,
+        payload: &[u8],
+        offset: i64,
+    ) -> Result<(), TaskError> {
+        let kafka = &self.context.config.kafka;
+        let changes = std::mem::take(&mut txn.changes);
+        let mut overlay = Overlay::with_changes(store, changes);
+        let result = self
+            .pipeline
+            .process(payload, self.partition, offset, &mut overlay);
+        txn.changes = overlay.into_changes();
+        txn.records += 1;
+        txn.next_input_offset = offset + 1;
+        let label = TaskLabel { task: self.task };
+        self.context
+            .metrics
+            .records_processed
+            .get_or_create(&label)
+            .inc();
+        match result {
+            Ok(output) => {
+                if let Some(reason) = output.dropped {
+                    self.context
+                        .metrics
+                        .records_dropped
+                        .get_or_create(&ReasonLabel {
+                            task: self.task,
+                            reason: reason.as_str().into(),
+                        })
+                        .inc();
+                }
+                for record in &output.records {
+                    let future = self.send(
+                        FutureRecord::to(&kafka.output_topic)
+                            .key(&record.key)
+                            .payload(&record.value),
+                    )?;
+                    txn.pending.push(future);
+                }
+                Ok(())
+            }
+            Err(ProcessError::BadRecord(reason)) => {
+                let headers = OwnedHeaders::new()
+                    .insert(Header {
+                        key: "streamkeeper.reason",
+                        value: Some(reason.reason()),
+                    })
+                    .insert(Header {
+                        key: "streamkeeper.detail",
+                        value: Some(&reason.to_string()),
+                    })
+                    .insert(Header {
+                        key: "streamkeeper.source.topic",
+                        value: Some(&kafka.input_topic),
+                    })
+                    .insert(Header {
+                        key: "streamkeeper.source.partition",
+                        value: Some(&self.partition.to_string()),
+                    })
+                    .insert(Header {
+                        key: "streamkeeper.source.offset",
+                        value: Some(&offset.to_string()),
+                    });
+                let future = self.send(
+                    FutureRecord::<(), [u8]>::to(&kafka.dead_letter_topic)
+                        .payload(payload)
+                        .headers(headers),
+                )?;
+                txn.pending.push(future);
+                self.context
+                    .metrics
+                    .records_dead_lettered
+                    .get_or_create(&ReasonLabel {
+                        task: self.task,
+                        reason: reason.reason().into(),
+                    })
+                    .inc();
+                tracing::debug!(
+                    task = self.task,
+                    offset,
+                    reason = reason.reason(),
+                    "record dead-lettered"
+                );
+                Ok(())
+            }
+            Err(other) => Err(TaskError::Process(other)),
+        }
+    }
+
+    /// Produces one changelog record per changed key, adds the input offset, commits, then
+    /// applies the changes to local state.
+    fn commit(&self, store: &mut RocksStore, mut txn: Transaction) -> Result<(), TaskError> {
+        let kafka = &self.context.config.kafka;
+        let mut last_changelog: Option<DeliveryFuture> = None;
+        for (key, value) in txn.changes.iter() {
+            let mut record = FutureRecord::<[u8], [u8]>::to(&kafka.changelog_topic)
+                .key(key)
+                .partition(self.partition);
+            if let Some(value) = value {
+                record = record.payload(value);
+            }
+            last_changelog = Some(self.send(record)?);
+        }
+        let changelog_records = txn.changes.len() as u64;
+        let mut offsets = TopicPartitionList::new();
+        offsets
+            .add_partition_offset(
+                &kafka.input_topic,
+                self.partition,
+                Offset::Offset(txn.next_input_offset),
+            )
+            .map_err(|e| TaskError::kafka("building the offsets", e))?;
+        let group = self.input.group_metadata().ok_or_else(|| {
+            TaskError::Internal("the input consumer has no group metadata".into())
+        })?;
+        self.producer
+            .send_offsets_to_transaction(&offsets, &group, KAFKA_TIMEOUT)
+            .map_err(|e| TaskError::kafka("send_offsets_to_transaction", e))?;
+        self.producer
+            .commit_transaction(KAFKA_TIMEOUT)
+            .map_err(|e| TaskError::kafka("commit_transaction", e))?;
+        failpoint::hit("after-kafka-commit");
+
+        let mut meta = store
+            .metadata()
+            .unwrap_or_else(|| TaskMetadata::initial(self.task));
+        meta.next_input_offset = txn.next_input_offset;
+        if let Some(future) = last_changelog {
+            let delivery = futures::executor::block_on(future)
+                .map_err(|_| TaskError::Internal("changelog delivery report lost".into()))?
+                .map_err(|(e, _)| TaskError::kafka("changelog delivery", e))?;
+            meta.next_changelog_offset = delivery.offset + 1;
+            meta.newest_changelog_timestamp_ms = delivery
+                .timestamp
+                .to_millis()
+                .or(meta.newest_changelog_timestamp_ms);
+        }
+        // Outputs were acknowledged by the commit; their reports only need draining.
+        txn.pending.clear();
+        store.commit(&txn.changes, &meta)?;
+        failpoint::hit("after-store-commit");
+
+        let label = TaskLabel { task: self.task };
+        let metrics = &self.context.metrics;
+        metrics.transactions_committed.get_or_create(&label).inc();
+        metrics
+            .changelog_records_written
+            .get_or_create(&label)
+            .inc_by(changelog_records);
+        self.context.board.update(self.task, |r| {
+            r.committed_transactions += 1;
+            r.next_input_offset = Some(meta.next_input_offset);
+            r.next_changelog_offset = Some(meta.next_changelog_offset);
+        });
+        Ok(())
+    }
+
+    /// Sends a record, waiting for room in the producer queue rather than failing.
+    fn send<K, P>(&self, record: FutureRecord<'_, K, P>) -> Result<DeliveryFuture, TaskError>
+    where
+        K: rdkafka::message::ToBytes + ?Sized,
+        P: rdkafka::message::ToBytes + ?Sized,
+    {
+        let mut record = record;
+        loop {
+            match self.producer.send_result(record) {
+                Ok(future) => return Ok(future),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    self.producer.poll(Duration::from_millis(10));
+                }
+                Err((error, _)) => return Err(TaskError::kafka("producing", error)),
+            }
+        }
+    }
+
+    fn report_lag(&self, store: &RocksStore) {
+        let topic = &self.context.config.kafka.input_topic;
+        if let Ok((_, high)) =
+            self.input
+                .fetch_watermarks(topic, self.partition, Duration::from_secs(1))
+        {
+            let position = store.metadata().map_or(0, |m| m.next_input_offset);
+            let lag = (high - position).max(0);
+            self.context
+                .metrics
+                .input_lag_records
+                .get_or_create(&TaskLabel { task: self.task })
+                .set(lag);
+            self.context
+                .board
+                .update(self.task, |r| r.input_lag = Some(lag));
+        }
+    }
+}
+
+/// The open Kafka transaction: the overlay of state changes and what it has consumed.
+struct Transaction {
+    started: Instant,
+    records: u32,
+    next_input_offset: i64,
+    changes: ChangeSet,
+    pending: Vec<DeliveryFuture>,
+}
+
+impl Transaction {
+    fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            records: 0,
+            next_input_offset: 0,
+            changes: ChangeSet::new(),
+            pending: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! Why a task attempt failed, and what the supervisor does about it.
+
+use crate::kafka_client::KafkaSetupError;
+use crate::processor::ProcessError;
+use crate::store::StoreError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    #[error("kafka: {context}: {source}")]
+    Kafka {
+        context: &'static str,
+        #[source]
+        source: KafkaError,
+    },
+    #[error("another owner took over this task: {0}")]
+    Fenced(String),
+    #[error("local state: {0}")]
+    Store(#[from] StoreError),
+    #[error("processor: {0}")]
+    Process(#[from] ProcessError),
+    #[error("kafka client setup: {0}")]
+    Setup(#[from] KafkaSetupError),
+    #[error("changelog: {0}")]
+    Changelog(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl TaskError {
+    /// Wraps a Kafka error, recognising fencing (a newer owner with our `transactional.id`).
+    pub fn kafka(context: &'static str, source: KafkaError) -> Self {
+        let fenced = matches!(
+            source.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::Fenced
+                    | RDKafkaErrorCode::ProducerFenced
+                    | RDKafkaErrorCode::InvalidProducerEpoch
+            )
+        );
+        if fenced {
+            TaskError::Fenced(format!("{context}: {source}"))
+        } else {
+            TaskError::Kafka { context, source }
+        }
+    }
+
+    /// Stable label for metrics and events.
+    pub fn category(&self) -> &'static str {
+        match self {
+            TaskError::Kafka { .. } => "kafka",
+            TaskError::Fenced(_) => "fenced",
+            TaskError::Store(_) => "store",
+            TaskError::Process(_) => "processor",
+            TaskError::Setup(_) => "setup",
+            TaskError::Changelog(_) => "changelog",
+            TaskError::Internal(_) => "internal",
+        }
+    }
+
+    /// Store errors may leave the engine in a bad state: reopen it (and re-check it) on retry.
+    pub fn requires_reopen(&self) -> bool {
+        matches!(self, TaskError::Store(_) | TaskError::Changelog(_))
+    }
+}

@@ -1,0 +1,109 @@
+//! One active task = one input partition, run on its own thread: restore its state, then the
+//! exactly-once processing loop. The supervisor here retries failures with backoff from a
+//! consistent point (the store only ever holds committed state) and stops for good only when
+//! the task is fenced or the worker shuts down.
+
+mod active;
+mod error;
+mod restore;
+
+pub use error::TaskError;
+
+use crate::metrics::WorkerMetrics;
+use crate::status::{PhaseTracker, TaskBoard, TaskPhase, TaskReport, TaskRole};
+use crate::store::{OpenOutcome, RocksStore};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use streamkeeper_contract::WorkerConfig;
+
+/// What every task of this worker shares.
+#[derive(Clone, Debug)]
+pub struct WorkerContext {
+    pub config: Arc<WorkerConfig>,
+    pub metrics: WorkerMetrics,
+    pub board: TaskBoard,
+    pub shutdown: Arc<AtomicBool>,
+}
+
+impl WorkerContext {
+    pub fn shutting_down(&self) -> bool {
+        self.shutdown.load(Ordering::SeqCst)
+    }
+
+    /// Sleeps up to `duration`, waking early on shutdown.
+    fn pause(&self, duration: Duration) {
+        let step = Duration::from_millis(50);
+        let mut slept = Duration::ZERO;
+        while slept < duration && !self.shutting_down() {
+            std::thread::sleep(step);
+            slept += step;
+        }
+    }
+}
+
+/// Runs active task `task` until shutdown or fencing. Never panics; errors are retried.
+pub fn run_active_task(context: WorkerContext, task: u32) {
+    let span = tracing::info_span!("task", task, job = %context.config.job.name);
+    let _entered = span.enter();
+    context
+        .board
+        .register(TaskReport::new(task, TaskRole::Active));
+    let mut phase = PhaseTracker::new(task, context.board.clone(), context.metrics.clone());
+    let mut backoff = Duration::from_millis(200);
+    let mut store: Option<RocksStore> = None;
+    while !context.shutting_down() {
+        match run_once(&context, task, &mut store, &mut phase) {
+            Ok(()) => break,
+            Err(TaskError::Fenced(reason)) => {
+                phase.enter(TaskPhase::Fenced, Some(reason));
+                return;
+            }
+            Err(error) => {
+                context.metrics.task_error(task, error.category());
+                tracing::warn!(task, %error, category = error.category(), retry_in_ms = backoff.as_millis() as u64, "task failed; retrying from committed state");
+                phase.enter(TaskPhase::Created, Some(format!("retrying after: {error}")));
+                if error.requires_reopen() {
+                    store = None;
+                }
+                context.pause(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+    if let Some(store) = store.as_ref()
+        && let Err(error) = store.flush()
+    {
+        tracing::warn!(task, %error, "flushing state at shutdown failed (the WAL still has it)");
+    }
+    phase.enter(TaskPhase::Stopped, Some("worker shut down".into()));
+}
+
+fn run_once(
+    context: &WorkerContext,
+    task: u32,
+    store_slot: &mut Option<RocksStore>,
+    phase: &mut PhaseTracker,
+) -> Result<(), TaskError> {
+    phase.enter(TaskPhase::Restoring, None);
+    let config = &context.config;
+    let outcome = match store_slot.as_ref() {
+        Some(store) => store
+            .metadata()
+            .map(OpenOutcome::Valid)
+            .unwrap_or(OpenOutcome::Empty),
+        None => {
+            let opened = RocksStore::open(&config.state.dir, task, &config.state.rocksdb)?;
+            *store_slot = Some(opened.store);
+            opened.outcome
+        }
+    };
+    let Some(store) = store_slot.as_mut() else {
+        return Err(TaskError::Internal("store missing after open".into()));
+    };
+    let mut loop_ = active::ActiveLoop::connect(context, task)?;
+    restore::restore_from_changelog(context, task, store, outcome, &loop_.restore_consumer()?)?;
+    loop_.resume_input(store)?;
+    phase.enter(TaskPhase::Running, None);
+    loop_.run(store)
+}

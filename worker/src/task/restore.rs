@@ -1,0 +1,219 @@
+//! Restore of a task's state from its changelog partition, in reported phases
+//! (Discovery → Replay → Done): valid local state replays only the delta after its stored
+//! changelog offset; empty, interrupted or corrupt state is wiped (if needed) and rebuilt from
+//! the whole changelog. Replay reads committed records only, in large batches, each written
+//! with one unlogged WriteBatch; the state is marked valid only after a final flush.
+
+use super::{TaskError, WorkerContext};
+use crate::failpoint;
+use crate::metrics::TaskLabel;
+use crate::status::{RestorePhase, RestoreProgress};
+use crate::store::{ChangeSet, OpenOutcome, RocksStore, StateStore, TaskMetadata};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use std::time::{Duration, Instant};
+
+const BATCH_RECORDS: usize = 20_000;
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Brings `store` up to the end of the changelog. Returns the number of records replayed.
+pub fn restore_from_changelog(
+    context: &WorkerContext,
+    task: u32,
+    store: &mut RocksStore,
+    outcome: OpenOutcome,
+    consumer: &BaseConsumer,
+) -> Result<u64, TaskError> {
+    let topic = context.config.kafka.changelog_topic.as_str();
+    let partition = partition_of(task)?;
+    let (low, high) = consumer
+        .fetch_watermarks(topic, partition, TIMEOUT)
+        .map_err(|e| TaskError::kafka("reading changelog watermarks", e))?;
+    let (start, source) = match outcome {
+        OpenOutcome::Valid(meta) | OpenOutcome::Interrupted(meta)
+            if meta.next_changelog_offset >= low && meta.next_changelog_offset <= high =>
+        {
+            (meta.next_changelog_offset, "local")
+        }
+        OpenOutcome::Empty => (low, "empty"),
+        other => {
+            tracing::warn!(task, outcome = ?other, low, high, "local state unusable for a delta replay; rebuilding from the whole changelog");
+            store.wipe()?;
+            (low, "empty")
+        }
+    };
+    let total = u64::try_from(high - start).unwrap_or(0);
+    tracing::info!(
+        task,
+        source,
+        start,
+        end = high,
+        records_to_replay = total,
+        "restore: discovery done"
+    );
+    let mut progress = Progress::new(context, task, source, total);
+    progress.report(RestorePhase::Replay);
+
+    if start >= high && store.metadata().is_some_and(|m| !m.restoring) {
+        progress.report(RestorePhase::Done);
+        tracing::info!(
+            task,
+            replayed = 0,
+            bytes = 0,
+            seconds = 0.0,
+            "restore finished"
+        );
+        return Ok(0);
+    }
+
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, partition, Offset::Offset(start))
+        .map_err(|e| TaskError::kafka("assigning the changelog partition", e))?;
+    consumer
+        .assign(&assignment)
+        .map_err(|e| TaskError::kafka("assigning the changelog partition", e))?;
+
+    let mut meta = store
+        .metadata()
+        .unwrap_or_else(|| TaskMetadata::initial(task));
+    meta.next_changelog_offset = meta.next_changelog_offset.max(start);
+    let mut batch = ChangeSet::new();
+    let mut bytes = 0u64;
+    loop {
+        let at_end = match consumer.poll(Duration::from_millis(200)) {
+            None => false,
+            Some(Err(KafkaError::PartitionEOF(_))) => true,
+            Some(Err(error)) => return Err(TaskError::kafka("replaying the changelog", error)),
+            Some(Ok(message)) => {
+                let key = message.key().unwrap_or_default();
+                bytes += (key.len() + message.payload().map_or(0, <[u8]>::len)) as u64;
+                batch.set(key.to_vec(), message.payload().map(<[u8]>::to_vec));
+                meta.next_changelog_offset = message.offset() + 1;
+                if let Some(ts) = message.timestamp().to_millis() {
+                    meta.newest_changelog_timestamp_ms = Some(ts);
+                }
+                progress.records_done += 1;
+                false
+            }
+        };
+        if !batch.is_empty() && (at_end || batch.len() >= BATCH_RECORDS) {
+            store.restore_batch(&batch, &meta)?;
+            failpoint::hit("mid-restore");
+            batch.clear();
+            progress.bytes_done = bytes;
+            progress.report(RestorePhase::Replay);
+        }
+        if at_end {
+            break;
+        }
+    }
+    if store.metadata().is_some_and(|m| m.restoring) {
+        store.finish_restore()?;
+    }
+    progress.report(RestorePhase::Done);
+    tracing::info!(
+        task,
+        replayed = progress.records_done,
+        bytes,
+        seconds = progress.started.elapsed().as_secs_f64(),
+        "restore finished"
+    );
+    Ok(progress.records_done)
+}
+
+pub(super) fn partition_of(task: u32) -> Result<i32, TaskError> {
+    i32::try_from(task).map_err(|_| TaskError::Internal(format!("task {task} is not a partition")))
+}
+
+/// Restore figures, published to the task board, the metrics and the logs.
+struct Progress<'a> {
+    context: &'a WorkerContext,
+    task: u32,
+    source: &'static str,
+    total: u64,
+    records_done: u64,
+    reported_records: u64,
+    bytes_done: u64,
+    reported_bytes: u64,
+    started: Instant,
+    last_log: Instant,
+}
+
+impl<'a> Progress<'a> {
+    fn new(context: &'a WorkerContext, task: u32, source: &'static str, total: u64) -> Self {
+        let label = TaskLabel { task };
+        context
+            .metrics
+            .restore_records_total
+            .get_or_create(&label)
+            .set(i64::try_from(total).unwrap_or(i64::MAX));
+        Self {
+            context,
+            task,
+            source,
+            total,
+            records_done: 0,
+            reported_records: 0,
+            bytes_done: 0,
+            reported_bytes: 0,
+            started: Instant::now(),
+            last_log: Instant::now(),
+        }
+    }
+
+    fn report(&mut self, phase: RestorePhase) {
+        let seconds = self.started.elapsed().as_secs_f64().max(1e-9);
+        let rate = self.records_done as f64 / seconds;
+        // The total counts offsets, which include transaction markers and compacted gaps, so
+        // it is an upper bound: the ETA errs long.
+        let left = self.total.saturating_sub(self.records_done) as f64;
+        let eta = (rate > 0.0 && phase != RestorePhase::Done).then(|| left / rate);
+        let label = TaskLabel { task: self.task };
+        let metrics = &self.context.metrics;
+        metrics
+            .restore_records
+            .get_or_create(&label)
+            .inc_by(self.records_done - self.reported_records);
+        metrics
+            .restore_bytes
+            .get_or_create(&label)
+            .inc_by(self.bytes_done - self.reported_bytes);
+        self.reported_records = self.records_done;
+        self.reported_bytes = self.bytes_done;
+        metrics
+            .restore_records_per_second
+            .get_or_create(&label)
+            .set(rate);
+        metrics
+            .restore_eta_seconds
+            .get_or_create(&label)
+            .set(eta.unwrap_or(0.0));
+        let progress = RestoreProgress {
+            phase,
+            source: self.source,
+            records_done: self.records_done,
+            records_total: self.total,
+            bytes_done: self.bytes_done,
+            records_per_second: rate,
+            eta_seconds: eta,
+        };
+        if self.last_log.elapsed() >= Duration::from_secs(5) || phase == RestorePhase::Done {
+            tracing::info!(
+                task = self.task,
+                ?phase,
+                records_done = self.records_done,
+                records_total = self.total,
+                bytes_done = self.bytes_done,
+                records_per_second = rate,
+                eta_seconds = eta.unwrap_or(0.0),
+                "restore progress"
+            );
+            self.last_log = Instant::now();
+        }
+        self.context
+            .board
+            .update(self.task, |report| report.restore = Some(progress));
+    }
+}

@@ -1,0 +1,220 @@
+//! The worker's exactly-once guarantees against the real Kafka broker: crashes at swept points,
+//! graceful restarts, corrupt local state and bad input all end in the same state and the same
+//! committed output as an uninterrupted run.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod support;
+
+use std::time::Duration;
+use support::*;
+
+const PARTITIONS: i32 = 4;
+const RECORDS: u32 = 50_000;
+const KEYS: u32 = 400;
+
+async fn input_topic(records: u32) -> String {
+    let topic = unique("input");
+    create_topic(&topic, PARTITIONS, false).await;
+    produce(
+        &topic,
+        PARTITIONS,
+        (0..records).map(|i| card_event(i, KEYS)),
+    );
+    topic
+}
+
+/// Runs `job` without interruption until it has committed all input, then stops it gracefully.
+fn run_to_completion(job: &Job) {
+    let mut worker = job.start(None);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(300));
+    worker.terminate(Duration::from_secs(30));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crash_sweep_ends_exactly_like_an_uninterrupted_run() {
+    let input = input_topic(RECORDS).await;
+    let reference = Job::new("reference", &input, PARTITIONS, aggregate_processor()).await;
+    run_to_completion(&reference);
+
+    let crashy = Job::new("crashy", &input, PARTITIONS, aggregate_processor()).await;
+    // Each entry: the point to abort at and how many times it must be passed first. Counts are
+    // per process and spread the crashes over the run.
+    let sweep = [
+        "mid-transaction:1",
+        "after-kafka-commit:1",
+        "mid-transaction:3000",
+        "after-store-commit:3",
+        "after-kafka-commit:5",
+        "mid-transaction:7777",
+        "mid-restore:1",
+        "after-store-commit:9",
+        "mid-transaction:12001",
+        "after-kafka-commit:14",
+        "mid-restore:1",
+        "mid-transaction:15000",
+    ];
+    let mut crashes = 0;
+    for point in sweep {
+        // mid-restore needs something to restore: wipe a task's local state first.
+        if point.starts_with("mid-restore") {
+            let db = crashy.config.state.dir.join("task-1");
+            let _ = std::fs::remove_dir_all(&db);
+        }
+        let mut worker = crashy.start(Some(point));
+        if worker.wait_for_crash(Duration::from_secs(120)) {
+            crashes += 1;
+        } else {
+            // The point was not reached (the input ran out first): that is a stop, not a crash.
+            worker.kill9();
+        }
+    }
+    // kill -9 from outside, at arbitrary moments.
+    for delay_ms in [700, 1500] {
+        let mut worker = crashy.start(None);
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        worker.kill9();
+    }
+    assert!(
+        crashes >= 10,
+        "only {crashes} of the swept failpoints were reached"
+    );
+    run_to_completion(&crashy);
+
+    assert_eq!(crashy.committed_offsets(), reference.committed_offsets());
+    assert_same_output(&crashy.output(), &reference.output());
+    let (expected_state, actual_state) = (reference.local_state(), crashy.local_state());
+    for task in 0..PARTITIONS as u32 {
+        assert!(!expected_state[&task].is_empty());
+        assert!(
+            actual_state[&task] == expected_state[&task],
+            "task {task}: state differs key by key"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn graceful_restart_replays_nothing() {
+    let input = input_topic(8_000).await;
+    let job = Job::new("graceful", &input, PARTITIONS, count_processor()).await;
+    let mut worker = job.start(None);
+    std::thread::sleep(Duration::from_millis(800));
+    worker.terminate(Duration::from_secs(30));
+
+    let mut worker = job.start(None);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(120));
+    worker.terminate(Duration::from_secs(30));
+    assert_eq!(
+        replayed_records(&worker.log()),
+        0,
+        "a restart after SIGTERM must replay no changelog record"
+    );
+
+    let reference = Job::new("graceful-reference", &input, PARTITIONS, count_processor()).await;
+    run_to_completion(&reference);
+    assert_same_output(&job.output(), &reference.output());
+    assert!(job.local_state() == reference.local_state());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn corrupt_local_state_is_rebuilt_from_the_changelog() {
+    let input = input_topic(6_000).await;
+    let job = Job::new("corrupt", &input, PARTITIONS, count_processor()).await;
+    run_to_completion(&job);
+    let before = job.local_state();
+
+    // Damage task 2's RocksDB while stopped: truncate every SST and remove CURRENT.
+    let db = job.config.state.dir.join("task-2").join("db");
+    let mut damaged = 0;
+    for entry in std::fs::read_dir(&db).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.ends_with(".sst") || name == "CURRENT" || name.ends_with(".log") {
+            std::fs::write(&path, b"garbage").unwrap();
+            damaged += 1;
+        }
+    }
+    assert!(damaged > 0, "nothing to damage in {}", db.display());
+
+    let mut worker = job.start(None);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(120));
+    // Wait until task 2 reports Running again, then stop.
+    std::thread::sleep(Duration::from_millis(500));
+    worker.terminate(Duration::from_secs(30));
+    let log = worker.log();
+    assert!(
+        replayed_records(&log) > 0,
+        "task 2 must have been rebuilt from the changelog:\n{log}"
+    );
+    assert!(
+        job.local_state() == before,
+        "the rebuilt state equals the state before the damage"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_records_go_to_the_dead_letter_topic_and_the_task_goes_on() {
+    let topic = unique("mixed-input");
+    create_topic(&topic, 1, false).await;
+    let mut records = Vec::new();
+    let mut expected_bad = Vec::new();
+    for i in 0..300u32 {
+        let (key, value) = card_event(i, 20);
+        records.push((key.clone(), value));
+        let bad = match i % 50 {
+            7 => Some(("not json at all".to_string(), "not_json")),
+            19 => Some((r#"{"amount":3}"#.to_string(), "missing_field")),
+            33 => Some((r#"["card","x"]"#.to_string(), "not_an_object")),
+            41 => Some((r#"{"card":{"nested":1}}"#.to_string(), "wrong_type")),
+            _ => None,
+        };
+        if let Some((value, reason)) = bad {
+            records.push((key, value.clone()));
+            expected_bad.push((value, reason));
+        }
+    }
+    produce(&topic, 1, records.clone());
+    let job = Job::new("badinput", &topic, 1, count_processor()).await;
+    run_to_completion(&job);
+
+    let dead = read_committed(&job.config.kafka.dead_letter_topic, 1)
+        .remove(&0)
+        .unwrap();
+    let got: Vec<(String, String)> = dead
+        .iter()
+        .map(|r| {
+            (
+                r.value.clone().unwrap_or_default(),
+                r.headers["streamkeeper.reason"].clone(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = expected_bad
+        .iter()
+        .map(|(v, r)| (v.clone(), r.to_string()))
+        .collect();
+    assert_eq!(
+        got, want,
+        "exactly the malformed records, in order, with their reasons"
+    );
+    for record in &dead {
+        assert_eq!(record.headers["streamkeeper.source.partition"], "0");
+        assert!(
+            record.headers["streamkeeper.source.offset"]
+                .parse::<i64>()
+                .is_ok()
+        );
+    }
+
+    // The state counts exactly the valid records.
+    let output = job.output().remove(&0).unwrap();
+    let mut last_count = std::collections::BTreeMap::new();
+    for (key, value) in output {
+        let json: serde_json::Value = serde_json::from_str(&value).unwrap();
+        last_count.insert(key, json["count"].as_u64().unwrap());
+    }
+    assert_eq!(
+        last_count.values().sum::<u64>(),
+        300,
+        "only the 300 valid records are counted"
+    );
+}

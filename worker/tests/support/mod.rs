@@ -1,0 +1,537 @@
+//! Support for the worker's integration tests against the real Kafka broker started by
+//! `tests/services/kafka.sh`: topics, deterministic input, the worker as a child process that
+//! can be killed at any point, and readers for the output and the local state.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Headers;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use streamkeeper_contract::worker_config::*;
+use streamkeeper_contract::{Versioned, WorkerConfig};
+use streamkeeper_worker::store::{OpenOutcome, RocksStore, StateStore};
+
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+pub fn bootstrap() -> String {
+    match std::env::var("SK_KAFKA_BOOTSTRAP") {
+        Ok(value) if !value.is_empty() => value,
+        _ => panic!(
+            "SK_KAFKA_BOOTSTRAP is not set: these tests need the real broker started by \
+             `tests/services/kafka.sh start` (or run them through `tests/run.sh`)"
+        ),
+    }
+}
+
+pub fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{prefix}-{}-{:x}", std::process::id(), nanos & 0xffff_ffff)
+}
+
+fn admin() -> AdminClient<DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap()
+}
+
+pub async fn create_topic(name: &str, partitions: i32, compacted: bool) {
+    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    if compacted {
+        topic = topic.set("cleanup.policy", "compact");
+    }
+    for result in admin()
+        .create_topics(
+            [&topic],
+            &AdminOptions::new().operation_timeout(Some(TIMEOUT)),
+        )
+        .await
+        .unwrap()
+    {
+        result.unwrap_or_else(|(t, e)| panic!("creating {t}: {e}"));
+    }
+}
+
+pub fn producer() -> ThreadedProducer<DefaultProducerContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "20")
+        .create()
+        .unwrap()
+}
+
+/// A card-payment event; partition chosen from the key so the input is the same every run.
+pub fn card_event(index: u32, keys: u32) -> (String, String) {
+    let key = format!("card-{}", (index.wrapping_mul(2_654_435_761)) % keys);
+    let value = format!(
+        r#"{{"card":"{key}","amount":{},"ts":{}}}"#,
+        (index % 97) + 1,
+        1_764_000_000_000u64 + u64::from(index) * 10
+    );
+    (key, value)
+}
+
+pub fn partition_of(key: &str, partitions: i32) -> i32 {
+    let hash = key
+        .bytes()
+        .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    (hash % partitions as u32) as i32
+}
+
+/// Produces `records` (key, value) pairs, each to its key's partition; waits until all are acked.
+pub fn produce(topic: &str, partitions: i32, records: impl IntoIterator<Item = (String, String)>) {
+    let producer = producer();
+    for (key, value) in records {
+        let partition = partition_of(&key, partitions);
+        let mut record = BaseRecord::to(topic)
+            .key(&key)
+            .payload(&value)
+            .partition(partition);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+    producer.flush(TIMEOUT).unwrap();
+}
+
+/// A job's topics and its worker config.
+pub struct Job {
+    pub name: String,
+    pub partitions: i32,
+    pub config: WorkerConfig,
+    pub dir: tempfile::TempDir,
+}
+
+impl Job {
+    /// A job reading `input` (already created) with fresh output, changelog and DLQ topics.
+    pub async fn new(name: &str, input: &str, partitions: i32, processor: ProcessorConfig) -> Self {
+        let name = unique(name);
+        let output = format!("{name}.out");
+        let changelog = format!("{name}.changelog");
+        let dead_letter = format!("{name}.dlq");
+        create_topic(&output, partitions, false).await;
+        create_topic(&changelog, partitions, true).await;
+        create_topic(&dead_letter, 1, false).await;
+        let dir = tempfile::tempdir().unwrap();
+        let config = WorkerConfig {
+            version: WorkerConfig::VERSION,
+            job: JobIdentity {
+                namespace: "tests".into(),
+                name: name.clone(),
+            },
+            kafka: KafkaConfig {
+                bootstrap_servers: bootstrap(),
+                input_topic: input.into(),
+                output_topic: output,
+                changelog_topic: changelog,
+                dead_letter_topic: dead_letter,
+                security: KafkaSecurity::default(),
+                commit_interval: Duration::from_millis(100),
+                commit_max_records: 1_000,
+            },
+            processor,
+            state: StateConfig {
+                dir: dir.path().join("state"),
+                rocksdb: RocksDbTuning::default(),
+            },
+            checkpoint: CheckpointConfig {
+                interval: Duration::from_secs(30),
+                retain: 3,
+                s3: None,
+            },
+            recovery: RecoveryConfig::default(),
+            http: HttpConfig {
+                listen: "127.0.0.1:0".into(),
+            },
+        };
+        Self {
+            name,
+            partitions,
+            config,
+            dir,
+        }
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        let path = self.dir.path().join("worker.yaml");
+        std::fs::write(&path, self.config.to_yaml()).unwrap();
+        path
+    }
+
+    pub fn start(&self, failpoint: Option<&str>) -> Worker {
+        self.start_with_state(&self.config.state.dir, failpoint)
+    }
+
+    /// Starts the worker with its HTTP port on `listen` (e.g. from [`free_port`]).
+    pub fn start_listening(&self, listen: &str) -> Worker {
+        self.spawn(&self.config.state.dir, None, Some(listen))
+    }
+
+    pub fn start_with_state(&self, state_dir: &Path, failpoint: Option<&str>) -> Worker {
+        self.spawn(state_dir, failpoint, None)
+    }
+
+    fn spawn(&self, state_dir: &Path, failpoint: Option<&str>, listen: Option<&str>) -> Worker {
+        let log_path = self
+            .dir
+            .path()
+            .join(format!("worker-{}.log", unique("run")));
+        let log = std::fs::File::create(&log_path).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_streamkeeper-worker"));
+        command
+            .args(["run", "--config"])
+            .arg(self.config_path())
+            .arg("--state-dir")
+            .arg(state_dir)
+            .env("RUST_LOG", "info,librdkafka=warn")
+            .env_remove("STREAMKEEPER_FAILPOINT")
+            .stdout(Stdio::null())
+            .stderr(log);
+        if let Some(point) = failpoint {
+            command.env("STREAMKEEPER_FAILPOINT", point);
+        }
+        if let Some(listen) = listen {
+            command.args(["--http-listen", listen]);
+        }
+        Worker {
+            child: command.spawn().unwrap(),
+            log_path,
+        }
+    }
+
+    /// The input offsets committed in the job's transactions, per partition.
+    pub fn committed_offsets(&self) -> BTreeMap<i32, i64> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap())
+            .set("group.id", self.config.job.group_id())
+            .create()
+            .unwrap();
+        let mut wanted = TopicPartitionList::new();
+        for p in 0..self.partitions {
+            wanted.add_partition(&self.config.kafka.input_topic, p);
+        }
+        let committed = consumer.committed_offsets(wanted, TIMEOUT).unwrap();
+        (0..self.partitions)
+            .map(|p| {
+                let offset = committed
+                    .find_partition(&self.config.kafka.input_topic, p)
+                    .and_then(|e| e.offset().to_raw())
+                    .unwrap_or(-1);
+                (p, offset)
+            })
+            .collect()
+    }
+
+    pub fn input_ends(&self) -> BTreeMap<i32, i64> {
+        end_offsets(&self.config.kafka.input_topic, self.partitions)
+    }
+
+    /// Waits until every input record is committed by the job (or the worker exits).
+    pub fn wait_until_caught_up(&self, worker: &mut Worker, limit: Duration) {
+        let ends = self.input_ends();
+        let deadline = Instant::now() + limit;
+        loop {
+            if self.committed_offsets() == ends {
+                return;
+            }
+            if let Some(status) = worker.child.try_wait().unwrap() {
+                panic!(
+                    "worker exited with {status} before catching up; log:\n{}",
+                    worker.log_tail()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not caught up within {limit:?}: committed {:?}, input ends {ends:?}; log:\n{}",
+                self.committed_offsets(),
+                worker.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The job's local state, every task, every key (opened after the worker stopped).
+    pub fn local_state(&self) -> BTreeMap<u32, BTreeMap<Vec<u8>, Vec<u8>>> {
+        (0..self.partitions as u32)
+            .map(|task| {
+                let opened =
+                    RocksStore::open(&self.config.state.dir, task, &RocksDbTuning::default())
+                        .unwrap();
+                assert!(
+                    matches!(opened.outcome, OpenOutcome::Valid(_)),
+                    "task {task}: {:?}",
+                    opened.outcome
+                );
+                let entries = opened.store.scan(&[0x01], &[0xff, 0xff]).unwrap();
+                (task, entries.into_iter().collect())
+            })
+            .collect()
+    }
+
+    pub fn output(&self) -> BTreeMap<i32, Vec<(String, String)>> {
+        read_committed(&self.config.kafka.output_topic, self.partitions)
+            .into_iter()
+            .map(|(p, records)| {
+                (
+                    p,
+                    records
+                        .into_iter()
+                        .map(|r| (r.key, r.value.unwrap_or_default()))
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+}
+
+pub struct Worker {
+    pub child: Child,
+    pub log_path: PathBuf,
+}
+
+impl Worker {
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, as Kubernetes sends it; waits for a clean exit.
+    pub fn terminate(&mut self, limit: Duration) {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let deadline = Instant::now() + limit;
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "worker did not stop within {limit:?} of SIGTERM:\n{}",
+                self.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let status = self.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "graceful stop must exit 0, got {status}:\n{}",
+            self.log_tail()
+        );
+    }
+
+    /// Waits for the worker to die at its failpoint.
+    pub fn wait_for_crash(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return !status.success();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    pub fn log_tail(&self) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn end_offsets(topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap();
+    (0..partitions)
+        .map(|p| (p, consumer.fetch_watermarks(topic, p, TIMEOUT).unwrap().1))
+        .collect()
+}
+
+pub struct Record {
+    pub key: String,
+    pub value: Option<String>,
+    pub headers: BTreeMap<String, String>,
+}
+
+/// Every committed record of every partition of `topic`, in offset order.
+pub fn read_committed(topic: &str, partitions: i32) -> BTreeMap<i32, Vec<Record>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", unique("reader"))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap();
+    let mut assignment = TopicPartitionList::new();
+    for p in 0..partitions {
+        assignment
+            .add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&assignment).unwrap();
+    let mut records: BTreeMap<i32, Vec<Record>> =
+        (0..partitions).map(|p| (p, Vec::new())).collect();
+    let mut finished = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while finished.len() < partitions as usize {
+        assert!(Instant::now() < deadline, "reading {topic} timed out");
+        match consumer.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                finished.insert(p);
+            }
+            Some(Err(e)) => panic!("reading {topic}: {e}"),
+            Some(Ok(m)) => {
+                let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
+                let headers = m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| (h.key.to_string(), text(h.value).unwrap_or_default()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                records.entry(m.partition()).or_default().push(Record {
+                    key: text(m.key()).unwrap_or_default(),
+                    value: text(m.payload()),
+                    headers,
+                });
+            }
+        }
+    }
+    records
+}
+
+pub fn count_processor() -> ProcessorConfig {
+    ProcessorConfig {
+        key_field: "card".into(),
+        time_field: None,
+        kind: ProcessorKind::Count,
+    }
+}
+
+pub fn aggregate_processor() -> ProcessorConfig {
+    ProcessorConfig {
+        key_field: "card".into(),
+        time_field: Some("ts".into()),
+        kind: ProcessorKind::Aggregate {
+            value_field: "amount".into(),
+            window: Some(WindowConfig {
+                size: Duration::from_secs(60),
+                advance: None,
+                grace: Duration::from_secs(5),
+            }),
+        },
+    }
+}
+
+/// Number of changelog records a run replayed, from the worker's restore log lines.
+pub fn replayed_records(log: &str) -> u64 {
+    log.lines()
+        .filter(|l| l.contains("restore finished"))
+        .filter_map(|l| l.split("replayed=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .filter_map(|n| n.parse::<u64>().ok())
+        .sum()
+}
+
+/// Asserts two outputs are equal: per output partition and key, the same values in the same
+/// order. (Output partitions are chosen by key hash, so records of different tasks interleave
+/// differently from run to run; per key the order is the processing order and must match.)
+pub fn assert_same_output(
+    got: &BTreeMap<i32, Vec<(String, String)>>,
+    want: &BTreeMap<i32, Vec<(String, String)>>,
+) {
+    let by_key = |output: &BTreeMap<i32, Vec<(String, String)>>| {
+        let mut grouped: BTreeMap<(i32, String), Vec<String>> = BTreeMap::new();
+        for (p, records) in output {
+            for (key, value) in records {
+                grouped
+                    .entry((*p, key.clone()))
+                    .or_default()
+                    .push(value.clone());
+            }
+        }
+        grouped
+    };
+    let (got_total, want_total): (usize, usize) = (
+        got.values().map(Vec::len).sum(),
+        want.values().map(Vec::len).sum(),
+    );
+    let (got, want) = (by_key(got), by_key(want));
+    for (key, want_values) in &want {
+        let got_values = got.get(key).map(Vec::as_slice).unwrap_or_default();
+        if got_values != want_values.as_slice() {
+            let first = (0..want_values.len().min(got_values.len()))
+                .find(|&i| got_values[i] != want_values[i]);
+            panic!(
+                "output for {key:?} differs (first at {first:?}): {} records vs {} expected; got {:?}, want {:?}",
+                got_values.len(),
+                want_values.len(),
+                &got_values[..got_values.len().min(5)],
+                &want_values[..want_values.len().min(5)]
+            );
+        }
+    }
+    assert_eq!(got.len(), want.len(), "the same keys appear in the output");
+    assert_eq!(
+        got_total, want_total,
+        "the same number of output records (no loss, no duplicate)"
+    );
+}
+
+/// A loopback port that is free right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain HTTP GET on loopback: (status, body).
+pub fn http_get(address: &str, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((status, body))
+}
