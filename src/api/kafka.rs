@@ -44,7 +44,7 @@ pub struct KafkaSpec {
     /// A transaction commits after this long (Go duration, e.g. `100ms`)...
     #[serde(default = "default_commit_interval")]
     #[schemars(length(max = 64), pattern(crate::api::DURATION_PATTERN))]
-    #[x_kube(validation = kube::core::Rule::new("duration(self) >= duration('1ms') && duration(self) <= duration('10m')").message("must be between 1ms and 10m"))]
+    #[x_kube(validation = kube::core::Rule::new("duration(self) >= duration('1ms') && duration(self) <= duration('30s')").message("kafka.commitInterval must be between 1ms and 30s (a transaction must commit well inside the 60s transaction timeout)"))]
     pub commit_interval: String,
 
     /// ...or once it holds this many input records, whichever comes first.

@@ -155,7 +155,7 @@ fn unreadable_or_foreign_metadata_is_corrupt() {
             raw[0] = 99;
             raw
         }),
-        ("garbage", b"not metadata".to_vec()),
+        ("wrong length", b"\x01not metadata".to_vec()),
         ("another task's", TaskMetadata::initial(7).encode()),
     ];
     for (what, value) in cases {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rocksdb::DB;
@@ -75,7 +76,8 @@ fn child_process_entry() {
 
 fn ready() {
     let mut out = std::io::stdout();
-    writeln!(out, "{READY}").unwrap();
+    // On a line of its own: the harness may have printed the test name without a newline.
+    writeln!(out, "\n{READY}").unwrap();
     out.flush().unwrap();
 }
 
@@ -90,7 +92,6 @@ fn park() -> ! {
 /// The parent's handle on a child; killed (SIGKILL) at the latest when dropped.
 struct Crashable {
     child: Child,
-    stdout: BufReader<ChildStdout>,
 }
 
 impl Crashable {
@@ -111,20 +112,30 @@ impl Crashable {
             .spawn()
             .unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut me = Self { child, stdout };
-        me.wait_ready(scenario);
+        let me = Self { child };
+        me.wait_ready(scenario, stdout);
         me
     }
 
-    fn wait_ready(&mut self, scenario: &str) {
-        let mut line = String::new();
-        loop {
-            line.clear();
-            let read = self.stdout.read_line(&mut line).unwrap();
-            assert!(read > 0, "child {scenario} exited before it was ready");
-            if line.trim_end() == READY {
-                return;
+    /// Waits for the ready line (the test harness may print its own text before it on the
+    /// same line), with a deadline so a stuck child fails the test instead of hanging it.
+    fn wait_ready(&self, scenario: &str, stdout: BufReader<ChildStdout>) {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let ready = line.is_ok_and(|l| l.contains(READY));
+                if ready {
+                    let _ = tx.send(());
+                    return;
+                }
             }
+        });
+        match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(()) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                panic!("child {scenario} exited before it was ready")
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!("child {scenario} never got ready"),
         }
     }
 

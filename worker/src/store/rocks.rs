@@ -30,7 +30,8 @@ use super::changes::ChangeSet;
 use super::error::{StoreError, hex};
 use super::metadata::{FIRST_STATE_KEY, METADATA_KEY, TaskMetadata, is_reserved_key};
 use super::rocks_open::{
-    BlockCache, TaskPaths, db_options, inspect, is_fresh, is_lock_error, lock_task_dir,
+    BlockCache, TaskPaths, db_options, engine_error, inspect, is_fresh, is_lock_error, list_files,
+    lock_task_dir,
 };
 use crate::processor::Entry;
 
@@ -96,7 +97,8 @@ impl RocksStore {
         let outcome = store.open_engine()?;
         match &outcome {
             OpenOutcome::Corrupt { reason } => {
-                tracing::warn!(task, path = %store.paths.db.display(), %reason, "local state is corrupt");
+                let path = store.paths.db.display();
+                tracing::warn!(task, %path, %reason, "local state is corrupt");
             }
             other => tracing::info!(task, outcome = ?other, "local state opened"),
         }
@@ -112,6 +114,14 @@ impl RocksStore {
     /// The database directory.
     pub fn path(&self) -> &Path {
         &self.paths.db
+    }
+
+    /// A RocksDB integer property (e.g. `rocksdb.estimate-num-keys`,
+    /// `rocksdb.block-cache-usage`, `rocksdb.total-sst-files-size`) for metrics.
+    pub fn int_property(&self, name: &str) -> Result<Option<u64>, StoreError> {
+        let db = self.db("property")?;
+        db.property_int_value(name)
+            .map_err(|e| self.engine("property", e))
     }
 
     /// Flushes the memtables to SST files (e.g. before a clean shutdown).
@@ -164,23 +174,7 @@ impl RocksStore {
     }
 
     fn engine(&self, op: &'static str, error: rocksdb::Error) -> StoreError {
-        let path = self.paths.db.clone();
-        let task = self.task;
-        if error.kind() == rocksdb::ErrorKind::Corruption {
-            StoreError::Corruption {
-                op,
-                task,
-                path,
-                source: error.into(),
-            }
-        } else {
-            StoreError::Engine {
-                op,
-                task,
-                path,
-                source: error.into(),
-            }
-        }
+        engine_error(op, self.task, &self.paths.db, error)
     }
 
     fn invalid(&self, op: &'static str, why: &'static str) -> StoreError {
@@ -384,23 +378,6 @@ impl StateStore for RocksStore {
         files.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(files)
     }
-}
-
-/// The regular files directly in `dir`, sorted by name.
-fn list_files(dir: &Path) -> std::io::Result<Vec<StoreFile>> {
-    let mut files = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let meta = entry.metadata()?;
-        if meta.is_file() {
-            files.push(StoreFile {
-                name: entry.file_name().to_string_lossy().into_owned(),
-                size_bytes: meta.len(),
-            });
-        }
-    }
-    files.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(files)
 }
 
 /// The path of task `task`'s database below `state_dir` (for tools and tests).

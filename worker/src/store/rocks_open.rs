@@ -1,5 +1,6 @@
-//! Opening a task's RocksDB: its paths, the task-directory lock, the engine options derived
-//! from [`RocksDbTuning`], and the inspection that classifies what an opened directory holds.
+//! The RocksDB glue under [`super::RocksStore`]: a task's paths, the task-directory lock, the
+//! engine options derived from [`RocksDbTuning`], the mapping of engine errors, and the
+//! inspection that classifies what an opened directory holds.
 //!
 //! This module decides *whether* local state can be trusted; it never deletes anything.
 
@@ -13,7 +14,7 @@ use rocksdb::{
 };
 use streamkeeper_contract::worker_config::{Compression, RocksDbTuning};
 
-use super::api::OpenOutcome;
+use super::api::{OpenOutcome, StoreFile};
 use super::error::StoreError;
 use super::metadata::{FIRST_STATE_KEY, METADATA_KEY, TaskMetadata};
 
@@ -165,4 +166,47 @@ pub(super) fn inspect(db: &DB, task: u32) -> OpenOutcome {
         Ok(meta) if meta.restoring => OpenOutcome::Interrupted(meta),
         Ok(meta) => OpenOutcome::Valid(meta),
     }
+}
+
+/// A typed error for an engine failure; damage the engine detected becomes
+/// [`StoreError::Corruption`] so the caller knows to wipe and rebuild.
+pub(super) fn engine_error(
+    op: &'static str,
+    task: u32,
+    path: &Path,
+    error: rocksdb::Error,
+) -> StoreError {
+    let path = path.to_path_buf();
+    if error.kind() == rocksdb::ErrorKind::Corruption {
+        StoreError::Corruption {
+            op,
+            task,
+            path,
+            source: error.into(),
+        }
+    } else {
+        StoreError::Engine {
+            op,
+            task,
+            path,
+            source: error.into(),
+        }
+    }
+}
+
+/// The regular files directly in `dir`, sorted by name.
+pub(super) fn list_files(dir: &Path) -> std::io::Result<Vec<StoreFile>> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_file() {
+            files.push(StoreFile {
+                name: entry.file_name().to_string_lossy().into_owned(),
+                size_bytes: meta.len(),
+            });
+        }
+    }
+    files.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(files)
 }

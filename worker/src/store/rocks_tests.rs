@@ -8,7 +8,7 @@ use streamkeeper_contract::worker_config::{Compression, RocksDbTuning};
 use tempfile::tempdir;
 
 use super::test_support::{bytes, changes, meta, open, open_empty, tuning};
-use super::{OpenOutcome, RocksStore, StateStore, StoreError, db_path};
+use super::{BlockCache, OpenOutcome, RocksStore, StateStore, StoreError, db_path};
 
 #[test]
 fn a_fresh_store_is_empty_and_lives_in_its_task_directory() {
@@ -302,5 +302,17 @@ fn tuning_reaches_the_engine() {
         "write buffer"
     );
     assert!(text.contains("compression=kZSTD"), "compression");
-    assert!(text.contains(&format!("capacity : {}", 16 << 20)) || text.contains("block_cache"));
+    assert!(
+        text.contains("wal_recovery_mode=kPointInTimeRecovery"),
+        "recovery mode"
+    );
+    let capacity = |store: &RocksStore| store.int_property("rocksdb.block-cache-capacity").unwrap();
+    assert_eq!(capacity(&opened.store), Some(16 << 20), "block cache");
+
+    // A shared cache bounds several tasks together.
+    let shared = BlockCache::new(5 << 20);
+    let a = RocksStore::open_with_cache(dir.path(), 1, &tuning, &shared).unwrap();
+    let b = RocksStore::open_with_cache(dir.path(), 2, &tuning, &shared).unwrap();
+    assert_eq!(capacity(&a.store), Some(5 << 20));
+    assert_eq!(capacity(&b.store), Some(5 << 20));
 }
