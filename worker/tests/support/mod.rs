@@ -227,7 +227,9 @@ impl Job {
         for p in 0..self.partitions {
             wanted.add_partition(&self.config.kafka.input_topic, p);
         }
-        let committed = consumer.committed_offsets(wanted, TIMEOUT).unwrap();
+        let committed = retrying("reading committed offsets", || {
+            consumer.committed_offsets(wanted.clone(), TIMEOUT)
+        });
         (0..self.partitions)
             .map(|p| {
                 let offset = committed
@@ -363,13 +365,52 @@ impl Drop for Worker {
     }
 }
 
+/// Retries a broker request that timed out (the broker may be busy or just restarted), for up
+/// to two minutes; any other error, or running out of time, fails the test.
+pub fn retrying<T>(what: &str, mut request: impl FnMut() -> rdkafka::error::KafkaResult<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        match request() {
+            Ok(value) => return value,
+            Err(error) if Instant::now() < deadline && is_timeout(&error) => {
+                eprintln!("{what}: {error}; retrying");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(error) => panic!("{what}: {error}"),
+        }
+    }
+}
+
+fn is_timeout(error: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::{
+        CoordinatorLoadInProgress, CoordinatorNotAvailable, OperationTimedOut, RequestTimedOut,
+    };
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            OperationTimedOut
+                | RequestTimedOut
+                | CoordinatorLoadInProgress
+                | CoordinatorNotAvailable
+        )
+    )
+}
+
 pub fn end_offsets(topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
         .create()
         .unwrap();
     (0..partitions)
-        .map(|p| (p, consumer.fetch_watermarks(topic, p, TIMEOUT).unwrap().1))
+        .map(|p| {
+            (
+                p,
+                retrying("reading watermarks", || {
+                    consumer.fetch_watermarks(topic, p, TIMEOUT)
+                })
+                .1,
+            )
+        })
         .collect()
 }
 
