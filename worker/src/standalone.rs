@@ -6,6 +6,7 @@ use crate::http;
 use crate::kafka_client;
 use crate::metrics::WorkerMetrics;
 use crate::status::TaskBoard;
+use crate::store::BlockCache;
 use crate::task::{WorkerContext, run_active_task};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::sync::Arc;
@@ -38,6 +39,7 @@ pub fn run(config: WorkerConfig) -> Result<(), StandaloneError> {
 
 async fn run_async(config: WorkerConfig) -> Result<(), StandaloneError> {
     let context = WorkerContext {
+        block_cache: BlockCache::new(config.state.rocksdb.block_cache_bytes),
         config: Arc::new(config),
         metrics: WorkerMetrics::new(),
         board: TaskBoard::default(),

@@ -11,7 +11,7 @@ pub use error::TaskError;
 
 use crate::metrics::WorkerMetrics;
 use crate::status::{PhaseTracker, TaskBoard, TaskPhase, TaskReport, TaskRole};
-use crate::store::{OpenOutcome, RocksStore};
+use crate::store::{BlockCache, OpenOutcome, RocksStore};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -24,6 +24,9 @@ pub struct WorkerContext {
     pub metrics: WorkerMetrics,
     pub board: TaskBoard,
     pub shutdown: Arc<AtomicBool>,
+    /// One RocksDB block cache for every task of the worker, so its memory is bounded by
+    /// `blockCacheBytes` however many tasks the worker hosts.
+    pub block_cache: BlockCache,
 }
 
 impl WorkerContext {
@@ -93,7 +96,12 @@ fn run_once(
             .map(OpenOutcome::Valid)
             .unwrap_or(OpenOutcome::Empty),
         None => {
-            let opened = RocksStore::open(&config.state.dir, task, &config.state.rocksdb)?;
+            let opened = RocksStore::open_with_cache(
+                &config.state.dir,
+                task,
+                &config.state.rocksdb,
+                &context.block_cache,
+            )?;
             *store_slot = Some(opened.store);
             opened.outcome
         }
