@@ -27,6 +27,8 @@ pub fn restore_from_changelog(
 ) -> Result<u64, TaskError> {
     let topic = context.config.kafka.changelog_topic.as_str();
     let partition = partition_of(task)?;
+    let mut progress = Progress::new(context, task);
+    progress.report(RestorePhase::Discovery);
     let (low, high) = consumer
         .fetch_watermarks(topic, partition, TIMEOUT)
         .map_err(|e| TaskError::kafka("reading changelog watermarks", e))?;
@@ -52,7 +54,7 @@ pub fn restore_from_changelog(
         records_to_replay = total,
         "restore: discovery done"
     );
-    let mut progress = Progress::new(context, task, source, total);
+    progress.start_replay(source, total);
     progress.report(RestorePhase::Replay);
 
     if start >= high && store.metadata().is_some_and(|m| !m.restoring) {
@@ -142,18 +144,12 @@ struct Progress<'a> {
 }
 
 impl<'a> Progress<'a> {
-    fn new(context: &'a WorkerContext, task: u32, source: &'static str, total: u64) -> Self {
-        let label = TaskLabel { task };
-        context
-            .metrics
-            .restore_records_total
-            .get_or_create(&label)
-            .set(i64::try_from(total).unwrap_or(i64::MAX));
+    fn new(context: &'a WorkerContext, task: u32) -> Self {
         Self {
             context,
             task,
-            source,
-            total,
+            source: "unknown",
+            total: 0,
             records_done: 0,
             reported_records: 0,
             bytes_done: 0,
@@ -161,6 +157,18 @@ impl<'a> Progress<'a> {
             started: Instant::now(),
             last_log: Instant::now(),
         }
+    }
+
+    /// Discovery is over: what the replay starts from and how many offsets it covers.
+    fn start_replay(&mut self, source: &'static str, total: u64) {
+        self.source = source;
+        self.total = total;
+        self.started = Instant::now();
+        self.context
+            .metrics
+            .restore_records_total
+            .get_or_create(&TaskLabel { task: self.task })
+            .set(i64::try_from(total).unwrap_or(i64::MAX));
     }
 
     fn report(&mut self, phase: RestorePhase) {
