@@ -34,7 +34,14 @@ pub fn restore_from_changelog(
         .map_err(|e| TaskError::kafka("reading changelog watermarks", e))?;
     let (start, source) = match outcome {
         OpenOutcome::Valid(meta) | OpenOutcome::Interrupted(meta)
-            if meta.next_changelog_offset >= low && meta.next_changelog_offset <= high =>
+            if meta.next_changelog_offset >= low
+                && meta.next_changelog_offset <= high
+                && delta_is_exact(
+                    meta.next_changelog_offset < high,
+                    meta.newest_changelog_timestamp_ms,
+                    now_ms(),
+                    changelog_delete_retention_ms(context, topic)?,
+                ) =>
         {
             (meta.next_changelog_offset, "local")
         }
@@ -223,5 +230,81 @@ impl<'a> Progress<'a> {
         self.context
             .board
             .update(self.task, |report| report.restore = Some(progress));
+    }
+}
+
+/// Whether replaying only the changelog records after the local state is exact. It is unless
+/// tombstones written after it may already be compacted away: a tombstone is kept at least
+/// `delete.retention.ms` after it is written, so state whose newest record is younger than
+/// that sees every later tombstone. With nothing after the local state there is nothing to miss.
+fn delta_is_exact(
+    records_after: bool,
+    newest_record_ms: Option<i64>,
+    now_ms: i64,
+    delete_retention_ms: i64,
+) -> bool {
+    if !records_after {
+        return true;
+    }
+    newest_record_ms.is_some_and(|newest| now_ms.saturating_sub(newest) < delete_retention_ms)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The changelog topic's `delete.retention.ms`, read from the broker.
+fn changelog_delete_retention_ms(context: &WorkerContext, topic: &str) -> Result<i64, TaskError> {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> =
+        crate::kafka_client::base_config(&context.config.kafka)?
+            .create()
+            .map_err(|e| TaskError::kafka("creating an admin client", e))?;
+    let options = AdminOptions::new().request_timeout(Some(TIMEOUT));
+    let results = futures::executor::block_on(
+        admin.describe_configs([&ResourceSpecifier::Topic(topic)], &options),
+    )
+    .map_err(|e| TaskError::kafka("describing the changelog topic", e))?;
+    let config = results
+        .into_iter()
+        .next()
+        .ok_or_else(|| TaskError::Changelog(format!("no configuration returned for {topic}")))?
+        .map_err(|code| TaskError::Changelog(format!("describing {topic}: {code}")))?;
+    config
+        .get("delete.retention.ms")
+        .and_then(|entry| entry.value.as_deref())
+        .and_then(|value| value.parse().ok())
+        .ok_or_else(|| TaskError::Changelog(format!("{topic} has no readable delete.retention.ms")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::delta_is_exact;
+
+    const DAY: i64 = 86_400_000;
+
+    #[test]
+    fn nothing_after_the_local_state_is_always_exact() {
+        assert!(delta_is_exact(false, None, 10 * DAY, DAY));
+        assert!(delta_is_exact(false, Some(0), 10 * DAY, DAY));
+    }
+
+    #[test]
+    fn local_state_younger_than_tombstone_retention_is_exact() {
+        assert!(delta_is_exact(true, Some(5 * DAY), 5 * DAY + DAY - 1, DAY));
+    }
+
+    #[test]
+    fn local_state_as_old_as_tombstone_retention_needs_a_full_replay() {
+        assert!(!delta_is_exact(true, Some(5 * DAY), 6 * DAY, DAY));
+        assert!(!delta_is_exact(true, Some(0), 6 * DAY, DAY));
+    }
+
+    #[test]
+    fn local_state_without_changelog_records_needs_a_full_replay_when_records_follow() {
+        assert!(!delta_is_exact(true, None, DAY, DAY));
     }
 }

@@ -365,33 +365,41 @@ impl Drop for Worker {
     }
 }
 
-/// Retries a broker request that timed out (the broker may be busy or just restarted), for up
-/// to two minutes; any other error, or running out of time, fails the test.
+/// Retries a broker request that failed for a transient reason (the broker is busy, just
+/// restarted, or a new topic's metadata has not propagated yet), for up to two minutes; any
+/// other error, or running out of time, fails the test.
 pub fn retrying<T>(what: &str, mut request: impl FnMut() -> rdkafka::error::KafkaResult<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         match request() {
             Ok(value) => return value,
-            Err(error) if Instant::now() < deadline && is_timeout(&error) => {
-                eprintln!("{what}: {error}; retrying");
+            Err(error) if Instant::now() < deadline && is_transient(&error) => {
+                eprintln!(
+                    "{what}: {error} ({:?}); retrying",
+                    error.rdkafka_error_code()
+                );
                 std::thread::sleep(Duration::from_millis(500));
             }
-            Err(error) => panic!("{what}: {error}"),
+            Err(error) => panic!("{what}: {error} ({:?})", error.rdkafka_error_code()),
         }
     }
 }
 
-fn is_timeout(error: &rdkafka::error::KafkaError) -> bool {
-    use rdkafka::types::RDKafkaErrorCode::{
-        CoordinatorLoadInProgress, CoordinatorNotAvailable, OperationTimedOut, RequestTimedOut,
-    };
+fn is_transient(error: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as Code;
     matches!(
         error.rdkafka_error_code(),
         Some(
-            OperationTimedOut
-                | RequestTimedOut
-                | CoordinatorLoadInProgress
-                | CoordinatorNotAvailable
+            Code::OperationTimedOut
+                | Code::RequestTimedOut
+                | Code::CoordinatorLoadInProgress
+                | Code::CoordinatorNotAvailable
+                | Code::NotCoordinator
+                | Code::LeaderNotAvailable
+                | Code::NotLeaderForPartition
+                | Code::UnknownTopicOrPartition
+                | Code::BrokerTransportFailure
+                | Code::AllBrokersDown
         )
     )
 }
