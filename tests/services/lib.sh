@@ -9,6 +9,13 @@ SK_CACHE="${STREAMKEEPER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/streamkeeper}"
 SK_RUN="${STREAMKEEPER_RUN:-$SK_CACHE/run}"
 mkdir -p "$SK_CACHE" "$SK_RUN"
 
+# Toolchains installed by rustup and the Go tarball live outside the default PATH of a
+# non-login shell (as CI runs us): add their usual homes when present.
+for dir in "$HOME/.cargo/bin" /usr/local/go/bin; do
+  if [[ -d $dir && ":$PATH:" != *":$dir:"* ]]; then PATH="$dir:$PATH"; fi
+done
+export PATH
+
 log() { printf '[%s] %s\n' "$(basename "$0")" "$*" >&2; }
 die() { printf '[%s] ERROR: %s\n' "$(basename "$0")" "$*" >&2; exit 1; }
 
