@@ -36,12 +36,15 @@ pub fn restore_from_changelog(
         OpenOutcome::Valid(meta) | OpenOutcome::Interrupted(meta)
             if meta.next_changelog_offset >= low
                 && meta.next_changelog_offset <= high
-                && delta_is_exact(
-                    meta.next_changelog_offset < high,
-                    meta.newest_changelog_timestamp_ms,
-                    now_ms(),
-                    changelog_delete_retention_ms(context, topic)?,
-                ) =>
+                // Nothing after the local state (the usual graceful restart) needs no broker
+                // round trip for the tombstone rule.
+                && (meta.next_changelog_offset == high
+                    || delta_is_exact(
+                        true,
+                        meta.newest_changelog_timestamp_ms,
+                        now_ms(),
+                        changelog_delete_retention_ms(context, topic)?,
+                    )) =>
         {
             (meta.next_changelog_offset, "local")
         }
