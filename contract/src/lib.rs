@@ -9,12 +9,14 @@
 //! guessing, and each format has a round-trip test.
 
 pub mod assignment;
+pub mod checkpoint_layout;
 pub mod duration;
 pub mod manifest;
 pub mod version;
 pub mod worker_config;
 
 pub use assignment::{AssignmentDocument, TaskAssignment};
+pub use checkpoint_layout::TaskPrefix;
 pub use duration::{DurationError, format_go_duration, parse_go_duration};
 pub use manifest::{CheckpointFile, CheckpointManifest};
 pub use version::{FormatError, Versioned};
