@@ -26,6 +26,10 @@ pub enum StandaloneError {
     Setup(#[from] kafka_client::KafkaSetupError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    #[error("cannot create the Kafka client that discovers the input partitions: {0}")]
+    Client(#[source] rdkafka::error::KafkaError),
+    #[error("the partition discovery thread failed: {0}")]
+    Discovery(#[source] tokio::task::JoinError),
 }
 
 pub fn run(config: WorkerConfig) -> Result<(), StandaloneError> {
@@ -67,7 +71,7 @@ async fn run_async(config: WorkerConfig) -> Result<(), StandaloneError> {
     let signal = shutdown_signal();
     tokio::pin!(signal);
     let partitions = tokio::select! {
-        found = discovery => found.ok().flatten(),
+        found = discovery => found.map_err(StandaloneError::Discovery)??,
         () = &mut signal => None,
     };
     let Some(partitions) = partitions else {
@@ -98,13 +102,13 @@ async fn run_async(config: WorkerConfig) -> Result<(), StandaloneError> {
     Ok(())
 }
 
-/// Partition count of the input topic, retried with backoff until the broker answers.
-fn discover_partitions(context: &WorkerContext) -> Option<u32> {
+/// Partition count of the input topic, retried with backoff until the broker answers; `None`
+/// when shutdown was requested first.
+fn discover_partitions(context: &WorkerContext) -> Result<Option<u32>, StandaloneError> {
     let config = &context.config;
-    let consumer: BaseConsumer = kafka_client::base_config(&config.kafka)
-        .ok()?
+    let consumer: BaseConsumer = kafka_client::base_config(&config.kafka)?
         .create()
-        .ok()?;
+        .map_err(StandaloneError::Client)?;
     let mut backoff = Duration::from_millis(200);
     while !context.shutting_down() {
         match consumer.fetch_metadata(Some(&config.kafka.input_topic), Duration::from_secs(10)) {
@@ -113,8 +117,8 @@ fn discover_partitions(context: &WorkerContext) -> Option<u32> {
                     .topics()
                     .first()
                     .map_or(0, |t| t.partitions().len());
-                if count > 0 {
-                    return u32::try_from(count).ok();
+                if let Some(count) = u32::try_from(count).ok().filter(|&c| c > 0) {
+                    return Ok(Some(count));
                 }
                 tracing::warn!(topic = %config.kafka.input_topic, "input topic has no partitions yet");
             }
@@ -123,7 +127,7 @@ fn discover_partitions(context: &WorkerContext) -> Option<u32> {
         std::thread::sleep(backoff);
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
-    None
+    Ok(None)
 }
 
 async fn shutdown_signal() {

@@ -181,14 +181,19 @@ impl Job {
 
     /// Starts the worker with its HTTP port on `listen` (e.g. from [`free_port`]).
     pub fn start_listening(&self, listen: &str) -> Worker {
-        self.spawn(&self.config.state.dir, None, Some(listen))
+        self.spawn_with(&self.config.state.dir, None, Some(listen))
     }
 
     pub fn start_with_state(&self, state_dir: &Path, failpoint: Option<&str>) -> Worker {
-        self.spawn(state_dir, failpoint, None)
+        self.spawn_with(state_dir, failpoint, None)
     }
 
-    fn spawn(&self, state_dir: &Path, failpoint: Option<&str>, listen: Option<&str>) -> Worker {
+    pub fn spawn_with(
+        &self,
+        state_dir: &Path,
+        failpoint: Option<&str>,
+        listen: Option<&str>,
+    ) -> Worker {
         let log_path = self
             .dir
             .path()

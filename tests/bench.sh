@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Benchmarks (release build) against the real services on loopback; each prints its figures and
+# writes bench-results/<name>.json.
+#
+#   tests/bench.sh            every bench
+#   tests/bench.sh worker     one of: worker
+#
+# Services this script starts are stopped when it ends; services already running are left alone.
+source "$(dirname "$0")/services/lib.sh"
+cd "$(dirname "$0")/.."
+services=tests/services
+"$(dirname "$0")/install-prerequisites.sh"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$SK_CACHE/cargo-target}"
+
+benches=("$@")
+(( ${#benches[@]} )) || benches=(worker)
+declare -A needs=([worker]="kafka")
+declare -A ports=([kafka]=19092 [s3]=18333)
+
+started=()
+stop_services() {
+  local status=$?
+  for service in "${started[@]}"; do "$services/$service.sh" stop || true; done
+  exit "$status"
+}
+trap stop_services EXIT
+trap 'exit 130' INT TERM
+
+wanted=()
+for bench in "${benches[@]}"; do
+  [[ -n ${needs[$bench]+x} ]] || die "unknown bench '$bench' (known: ${!needs[*]})"
+  for service in ${needs[$bench]}; do
+    [[ " ${wanted[*]} " == *" $service "* ]] || wanted+=("$service")
+  done
+done
+for service in "${wanted[@]}"; do
+  port_answers "${ports[$service]}" || started+=("$service")
+  "$services/$service.sh" start || die "$service did not start; the benches need the real service"
+  while IFS= read -r line; do export "${line?}"; done < <("$services/$service.sh" env)
+done
+
+for bench in "${benches[@]}"; do
+  log "== bench $bench ($(date +%T)); release build, cold: ~20-30 min"
+  cargo bench --workspace --locked --bench "$bench"
+done
