@@ -151,7 +151,7 @@ impl AggregateProcessor {
         let time = stream_time::advance(state, t)?;
         let mut out = ProcessOutput::default();
         if time.moved() {
-            close_windows(state, assigner, grace_ms, time.current, &mut out.records)?;
+            close_windows(state, assigner, grace_ms, time, &mut out.records)?;
         }
         let mut updated = 0u32;
         for window in assigner.windows_for(t) {
@@ -183,18 +183,27 @@ impl AggregateProcessor {
 }
 
 /// Emits the final result of, and deletes, every window with `end + grace <= stream_time`.
+///
+/// Windows closable at the previous stream time were closed then, and no window that is
+/// already closable is ever opened (its records are late), so only starts between the two
+/// bounds are scanned.
 fn close_windows(
     state: &mut dyn StateAccess,
     assigner: &WindowAssigner,
     grace_ms: i64,
-    stream_time_ms: i64,
+    time: stream_time::Advance,
     out: &mut Vec<OutputRecord>,
 ) -> Result<(), ProcessError> {
     // start + size + grace <= stream time  <=>  start <= stream time - size - grace.
-    let last_closable_start = stream_time_ms
-        .saturating_sub(assigner.size_ms())
-        .saturating_sub(grace_ms);
-    let (from, to) = keys::windows_starting_upto(last_closable_start);
+    let last_closable_start = |stream_time_ms: i64| {
+        stream_time_ms
+            .saturating_sub(assigner.size_ms())
+            .saturating_sub(grace_ms)
+    };
+    let (from, to) = keys::windows_starting_between(
+        time.previous.map(last_closable_start),
+        last_closable_start(time.current),
+    );
     for (state_key, bytes) in state.scan(&from, &to)? {
         let (start, key) = keys::decode_window_key(&state_key)
             .map_err(|e| ProcessError::corrupt(&state_key, e))?;

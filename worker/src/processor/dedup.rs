@@ -50,11 +50,17 @@ impl DedupProcessor {
         Ok(Self { ttl_ms: ttl })
     }
 
-    /// Removes every entry whose expiry is at or before `stream_time_ms`, and their index
-    /// entries. An index entry whose key was since renewed (its stored expiry differs) only
-    /// loses the stale index entry.
-    fn sweep(&self, state: &mut dyn StateAccess, stream_time_ms: i64) -> Result<(), ProcessError> {
-        let (from, to) = keys::expiring_upto(stream_time_ms);
+    /// Removes every entry whose expiry is at or before the current stream time, and their
+    /// index entries. An index entry whose key was since renewed (its stored expiry differs)
+    /// only loses the stale index entry. Expiries at or before the previous stream time went
+    /// in the previous sweep, and an entry is never stored already expired, so only the
+    /// expiries in between are scanned.
+    fn sweep(
+        &self,
+        state: &mut dyn StateAccess,
+        time: stream_time::Advance,
+    ) -> Result<(), ProcessError> {
+        let (from, to) = keys::expiring_between(time.previous, time.current);
         for (index_key, marker) in state.scan(&from, &to)? {
             Marker::decode(&marker).map_err(|e| ProcessError::corrupt(&index_key, e))?;
             let (expiry, key) = keys::decode_expiry_key(&index_key)
@@ -103,7 +109,7 @@ impl Processor for DedupProcessor {
         })?;
         let time = stream_time::advance(state, t)?;
         if time.moved() {
-            self.sweep(state, time.current)?;
+            self.sweep(state, time)?;
         }
         if t.saturating_add(self.ttl_ms) <= time.current {
             return Ok(ProcessOutput::dropped(DropReason::Late));

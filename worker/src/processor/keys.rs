@@ -78,18 +78,28 @@ fn split_tagged_time(tag: u8, raw: &[u8]) -> Result<(i64, String), StateCodecErr
     Ok((decode_ordered(*time), key))
 }
 
-/// The range `[from, to)` of every `tag time ..` key with time `<= upto`.
-fn range_upto(tag: u8, upto: i64) -> (Vec<u8>, Vec<u8>) {
-    let from = vec![tag];
-    let to = match upto.checked_add(1) {
-        Some(next) => {
-            let mut to = vec![tag];
-            to.extend_from_slice(&encode_ordered(next));
-            to
+/// The range `[from, to)` of every `tag time ..` key with `after < time <= upto` (`after`
+/// `None`: no lower bound).
+///
+/// Callers pass the bound of their previous sweep as `after`: everything at or below it is
+/// already gone, and starting the scan there keeps RocksDB from stepping over the tombstones
+/// of every earlier sweep on each record.
+fn range_between(tag: u8, after: Option<i64>, upto: i64) -> (Vec<u8>, Vec<u8>) {
+    let bound = |exclusive_start: Option<i64>| match exclusive_start.map(|t| t.checked_add(1)) {
+        None => vec![tag],
+        Some(Some(next)) => {
+            let mut key = vec![tag];
+            key.extend_from_slice(&encode_ordered(next));
+            key
         }
-        // Everything in the space: the next tag is an exclusive upper bound.
-        None => vec![tag.saturating_add(1)],
+        // Nothing is above i64::MAX: the next tag is an exclusive bound.
+        Some(None) => vec![tag.saturating_add(1)],
     };
+    let from = bound(after);
+    let to = bound(Some(upto));
+    if from >= to {
+        return (from.clone(), from);
+    }
     (from, to)
 }
 
@@ -113,9 +123,9 @@ pub fn decode_window_key(raw: &[u8]) -> Result<(i64, String), StateCodecError> {
     split_tagged_time(WINDOW, raw)
 }
 
-/// Scan range of every window starting at or before `upto`.
-pub fn windows_starting_upto(upto: i64) -> (Vec<u8>, Vec<u8>) {
-    range_upto(WINDOW, upto)
+/// Scan range of every window starting in `(after, upto]`.
+pub fn windows_starting_between(after: Option<i64>, upto: i64) -> (Vec<u8>, Vec<u8>) {
+    range_between(WINDOW, after, upto)
 }
 
 /// `d` key.
@@ -133,9 +143,9 @@ pub fn decode_expiry_key(raw: &[u8]) -> Result<(i64, String), StateCodecError> {
     split_tagged_time(EXPIRY, raw)
 }
 
-/// Scan range of every expiry index entry at or before `upto`.
-pub fn expiring_upto(upto: i64) -> (Vec<u8>, Vec<u8>) {
-    range_upto(EXPIRY, upto)
+/// Scan range of every expiry index entry in `(after, upto]`.
+pub fn expiring_between(after: Option<i64>, upto: i64) -> (Vec<u8>, Vec<u8>) {
+    range_between(EXPIRY, after, upto)
 }
 
 #[cfg(test)]
@@ -201,11 +211,12 @@ mod tests {
         }
 
         #[test]
-        fn range_upto_contains_exactly_the_earlier_times(t in any::<i64>(), upto in any::<i64>(), k in ".{0,8}") {
-            let (from, to) = expiring_upto(upto);
-            let key = expiry_key(t, &k);
-            let inside = from.as_slice() <= key.as_slice() && key.as_slice() < to.as_slice();
-            prop_assert_eq!(inside, t <= upto);
+        fn range_contains_exactly_the_times_in_between(t in any::<i64>(), after in proptest::option::of(any::<i64>()), upto in any::<i64>(), k in ".{0,8}") {
+            for (from, to) in [expiring_between(after, upto), windows_starting_between(after, upto)] {
+                let key = if from[0] == EXPIRY { expiry_key(t, &k) } else { window_key(t, &k) };
+                let inside = from.as_slice() <= key.as_slice() && key.as_slice() < to.as_slice();
+                prop_assert_eq!(inside, after.is_none_or(|a| a < t) && t <= upto);
+            }
         }
     }
 }
