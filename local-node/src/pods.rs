@@ -1,0 +1,560 @@
+//! The pods bound to this node, run as local process groups: started from a [`launch::plan`],
+//! probed, restarted per `restartPolicy`, stopped with SIGTERM then SIGKILL when deleted, and
+//! reported in `status`.
+
+use crate::launch::{self, ContainerPlan, HttpProbe, PodPlace, Sources};
+use crate::status::{self, ContainerState, ContainerView, PodView};
+use crate::{AgentError, Options};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+struct ContainerRun {
+    plan: ContainerPlan,
+    log: PathBuf,
+    child: Option<Child>,
+    state: ContainerState,
+    last_termination: Option<ContainerState>,
+    restart_count: u32,
+    restart_at: Option<Instant>,
+    started: Instant,
+    ready: bool,
+    readiness_failures: u32,
+    liveness_failures: u32,
+    next_probe: Instant,
+}
+
+struct PodRun {
+    namespace: String,
+    name: String,
+    ip: String,
+    start_time: String,
+    restart_policy: String,
+    containers: Vec<ContainerRun>,
+    /// When SIGKILL follows the SIGTERM of a deletion.
+    kill_at: Option<Instant>,
+    reported: Option<serde_json::Value>,
+}
+
+pub struct PodRunner {
+    client: kube::Client,
+    options: Options,
+    pods: HashMap<String, PodRun>,
+    /// Pods that could not start yet (a missing ConfigMap, an unmapped image), by uid: the
+    /// reason last reported, so it is patched once, not on every pass.
+    blocked: HashMap<String, String>,
+}
+
+fn now() -> String {
+    Timestamp::now().to_string()
+}
+
+/// SIGTERM or SIGKILL to the whole process group of a container.
+fn signal(child: &Child, signal: &str) {
+    let group = format!("-{}", child.id());
+    let _ = Command::new("kill")
+        .args([signal, "--", &group])
+        .stderr(Stdio::null())
+        .status();
+}
+
+impl ContainerRun {
+    fn spawn(&mut self, pod_ip: &str) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log);
+        let spawned = log.and_then(|log| {
+            let mut command = Command::new(&self.plan.program);
+            command
+                .args(&self.plan.args)
+                .env_clear()
+                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+                .env("HOME", std::env::var_os("HOME").unwrap_or_default())
+                .env("HOSTNAME", pod_ip)
+                .envs(self.plan.env.iter().map(|(k, v)| (k, v)))
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log);
+            if let Some(dir) = &self.plan.working_dir {
+                command.current_dir(dir);
+            }
+            std::os::unix::process::CommandExt::process_group(&mut command, 0);
+            command.spawn()
+        });
+        let started_at = now();
+        match spawned {
+            Ok(child) => {
+                tracing::info!(container = %self.plan.name, pid = child.id(), program = %self.plan.program.display(), "container started");
+                self.child = Some(child);
+                self.state = ContainerState::Running { started_at };
+                self.started = Instant::now();
+                self.ready = self.plan.readiness.is_none();
+                self.readiness_failures = 0;
+                self.liveness_failures = 0;
+                let delay = self
+                    .plan
+                    .readiness
+                    .as_ref()
+                    .map_or(Duration::ZERO, |p| p.timing.initial_delay);
+                self.next_probe = Instant::now() + delay;
+            }
+            Err(error) => {
+                tracing::warn!(container = %self.plan.name, %error, "container did not start");
+                self.exited(127, "StartError", started_at);
+            }
+        }
+    }
+
+    fn exited(&mut self, exit_code: i32, reason: &str, started_at: String) {
+        self.child = None;
+        self.ready = false;
+        self.state = ContainerState::Terminated {
+            exit_code,
+            reason: reason.into(),
+            started_at,
+            finished_at: now(),
+        };
+    }
+
+    fn backoff(&self) -> Duration {
+        let exponent = self.restart_count.min(4);
+        Duration::from_secs(1 << exponent).min(MAX_BACKOFF)
+    }
+
+    fn view(&self) -> ContainerView {
+        ContainerView {
+            name: self.plan.name.clone(),
+            image: self.plan.image.clone(),
+            state: self.state.clone(),
+            last_termination: self.last_termination.clone(),
+            ready: self.ready,
+            restart_count: self.restart_count,
+            pid: self.child.as_ref().map(Child::id),
+        }
+    }
+}
+
+async fn probe(probe: &HttpProbe, ip: &str) -> bool {
+    crate::probe::http_get(ip, probe.timing.port, &probe.path, probe.timing.timeout).await
+}
+
+impl PodRun {
+    /// Reaps exits, restarts per policy, runs due probes.
+    async fn tend(&mut self) {
+        let policy = self.restart_policy.clone();
+        for container in &mut self.containers {
+            if let Some(child) = container.child.as_mut()
+                && let Ok(Some(exit)) = child.try_wait()
+            {
+                let code = exit.code().unwrap_or(137);
+                let started_at = match &container.state {
+                    ContainerState::Running { started_at } => started_at.clone(),
+                    _ => now(),
+                };
+                tracing::warn!(pod = %self.name, container = %container.plan.name, code, "container exited");
+                let reason = if code == 0 { "Completed" } else { "Error" };
+                container.exited(code, reason, started_at);
+                let restarts = match policy.as_str() {
+                    "Never" => false,
+                    "OnFailure" => code != 0,
+                    _ => true,
+                };
+                if restarts && self.kill_at.is_none() {
+                    container.restart_at = Some(Instant::now() + container.backoff());
+                }
+            }
+            if container.child.is_none()
+                && self.kill_at.is_none()
+                && let Some(at) = container.restart_at
+                && Instant::now() >= at
+            {
+                container.last_termination = Some(container.state.clone());
+                container.restart_count += 1;
+                container.restart_at = None;
+                container.spawn(&self.ip);
+            }
+            if container.child.is_none() || Instant::now() < container.next_probe {
+                continue;
+            }
+            let mut period = Duration::from_secs(1);
+            if let Some(readiness) = &container.plan.readiness {
+                period = readiness.timing.period;
+                if probe(readiness, &self.ip).await {
+                    container.ready = true;
+                    container.readiness_failures = 0;
+                } else {
+                    container.readiness_failures += 1;
+                    if container.readiness_failures >= readiness.timing.failure_threshold {
+                        container.ready = false;
+                    }
+                }
+            }
+            if let Some(liveness) = &container.plan.liveness
+                && container.started.elapsed() >= liveness.timing.initial_delay
+            {
+                period = period.min(liveness.timing.period);
+                if probe(liveness, &self.ip).await {
+                    container.liveness_failures = 0;
+                } else {
+                    container.liveness_failures += 1;
+                    if container.liveness_failures >= liveness.timing.failure_threshold
+                        && let Some(child) = &container.child
+                    {
+                        tracing::warn!(pod = %self.name, container = %container.plan.name, "liveness probe failed; killing");
+                        signal(child, "-KILL");
+                    }
+                }
+            }
+            container.next_probe = Instant::now() + period;
+        }
+    }
+
+    fn view(&self) -> PodView {
+        PodView {
+            pod_ip: self.ip.clone(),
+            start_time: self.start_time.clone(),
+            restart_policy: self.restart_policy.clone(),
+            containers: self.containers.iter().map(ContainerRun::view).collect(),
+        }
+    }
+
+    fn terminate(&mut self, grace: Duration) {
+        if self.kill_at.is_some() {
+            return;
+        }
+        tracing::info!(pod = %self.name, grace_seconds = grace.as_secs(), "pod deleted: SIGTERM");
+        for container in &mut self.containers {
+            container.restart_at = None;
+            if let Some(child) = &container.child {
+                signal(child, "-TERM");
+            }
+        }
+        self.kill_at = Some(Instant::now() + grace);
+    }
+
+    fn all_stopped(&mut self) -> bool {
+        self.containers.iter_mut().all(|c| match c.child.as_mut() {
+            None => true,
+            Some(child) => matches!(child.try_wait(), Ok(Some(_))),
+        })
+    }
+
+    fn kill(&mut self) {
+        for container in &mut self.containers {
+            if let Some(mut child) = container.child.take() {
+                signal(&child, "-KILL");
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+impl PodRunner {
+    pub fn new(client: kube::Client, options: Options) -> Self {
+        Self {
+            client,
+            options,
+            pods: HashMap::new(),
+            blocked: HashMap::new(),
+        }
+    }
+
+    fn free_address(&self) -> Option<String> {
+        let used: BTreeSet<&str> = self.pods.values().map(|p| p.ip.as_str()).collect();
+        (self.options.first_pod_address..=254)
+            .map(|x| format!("127.0.0.{x}"))
+            .find(|ip| !used.contains(ip.as_str()))
+    }
+
+    async fn sources(&self, namespace: &str) -> Result<Sources, AgentError> {
+        let maps = Api::<ConfigMap>::namespaced(self.client.clone(), namespace)
+            .list(&ListParams::default())
+            .await
+            .map_err(AgentError::kube(format!(
+                "listing configmaps in {namespace}"
+            )))?;
+        let secrets = Api::<Secret>::namespaced(self.client.clone(), namespace)
+            .list(&ListParams::default())
+            .await
+            .map_err(AgentError::kube(format!("listing secrets in {namespace}")))?;
+        let mut sources = Sources::default();
+        for map in maps.items {
+            let mut data: BTreeMap<String, Vec<u8>> = map
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.into_bytes()))
+                .collect();
+            data.extend(
+                map.binary_data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0)),
+            );
+            sources
+                .config_maps
+                .insert(map.metadata.name.unwrap_or_default(), data);
+        }
+        for secret in secrets.items {
+            let mut data: BTreeMap<String, Vec<u8>> = secret
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect();
+            data.extend(
+                secret
+                    .string_data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.into_bytes())),
+            );
+            sources
+                .secrets
+                .insert(secret.metadata.name.unwrap_or_default(), data);
+        }
+        Ok(sources)
+    }
+
+    async fn start(&mut self, pod: &Pod) -> Result<(), String> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let ip = self.free_address().ok_or("no free loopback address")?;
+        let pod_dir = self
+            .options
+            .root
+            .join("pods")
+            .join(format!("{namespace}_{name}_{uid}"));
+        let sources = self.sources(&namespace).await.map_err(|e| e.to_string())?;
+        let place = PodPlace {
+            pod_ip: &ip,
+            node_name: &self.options.node_name,
+            pod_dir: &pod_dir,
+            root: &self.options.root,
+            images: &self.options.images,
+        };
+        let plan = launch::plan(pod, &place, &sources).map_err(|e| e.to_string())?;
+        for volume in &plan.volumes {
+            materialize(&volume.dir, &volume.files)
+                .map_err(|e| format!("volume {}: {e}", volume.name))?;
+        }
+        let logs = pod_dir.join("logs");
+        std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
+        let mut run = PodRun {
+            namespace,
+            name: name.clone(),
+            ip,
+            start_time: now(),
+            restart_policy: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.restart_policy.clone())
+                .unwrap_or_else(|| "Always".into()),
+            containers: plan
+                .containers
+                .into_iter()
+                .map(|plan| ContainerRun {
+                    log: logs.join(format!("{}.log", plan.name)),
+                    plan,
+                    child: None,
+                    state: ContainerState::Waiting {
+                        reason: "ContainerCreating".into(),
+                        message: String::new(),
+                    },
+                    last_termination: None,
+                    restart_count: 0,
+                    restart_at: None,
+                    started: Instant::now(),
+                    ready: false,
+                    readiness_failures: 0,
+                    liveness_failures: 0,
+                    next_probe: Instant::now(),
+                })
+                .collect(),
+            kill_at: None,
+            reported: None,
+        };
+        tracing::info!(pod = %name, ip = %run.ip, dir = %pod_dir.display(), "starting pod");
+        for container in &mut run.containers {
+            container.spawn(&run.ip);
+        }
+        self.pods.insert(uid, run);
+        Ok(())
+    }
+
+    async fn report_blocked(&mut self, pod: &Pod, reason: String) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if self.blocked.get(&uid) == Some(&reason) {
+            return;
+        }
+        tracing::warn!(pod = pod.metadata.name.as_deref().unwrap_or_default(), %reason, "pod cannot start yet");
+        let containers: Vec<_> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .map(|c| json!({ "name": c.name, "image": c.image, "imageID": "", "ready": false, "restartCount": 0,
+                             "state": { "waiting": { "reason": "CreateContainerConfigError", "message": reason } } }))
+            .collect();
+        let patch = json!({ "status": { "phase": "Pending", "containerStatuses": containers } });
+        self.patch_status(
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default(),
+            &patch,
+        )
+        .await;
+        self.blocked.insert(uid, reason);
+    }
+
+    async fn patch_status(&self, namespace: &str, name: &str, patch: &serde_json::Value) {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        if let Err(error) = pods
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            tracing::warn!(pod = name, %error, "status not updated");
+        }
+    }
+
+    /// One pass: start new pods, tend running ones, finish deletions, report status.
+    pub async fn sync(&mut self) {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let listed = match pods
+            .list(
+                &ListParams::default().fields(&format!("spec.nodeName={}", self.options.node_name)),
+            )
+            .await
+        {
+            Ok(list) => list.items,
+            Err(error) => {
+                tracing::warn!(%error, "listing pods failed");
+                return;
+            }
+        };
+        let listed: HashMap<String, Pod> = listed
+            .into_iter()
+            .filter_map(|p| Some((p.metadata.uid.clone()?, p)))
+            .collect();
+        // Pods gone from the API (force-deleted): nothing may keep running.
+        let gone: Vec<String> = self
+            .pods
+            .keys()
+            .filter(|uid| !listed.contains_key(*uid))
+            .cloned()
+            .collect();
+        for uid in gone {
+            if let Some(mut run) = self.pods.remove(&uid) {
+                tracing::info!(pod = %run.name, "pod removed from the API: killing its containers");
+                run.kill();
+            }
+        }
+        self.blocked.retain(|uid, _| listed.contains_key(uid));
+        for (uid, pod) in &listed {
+            let finished = matches!(
+                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            );
+            if pod.metadata.deletion_timestamp.is_some() {
+                let grace = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+                    .unwrap_or(30)
+                    .max(0) as u64;
+                let done = match self.pods.get_mut(uid) {
+                    None => true,
+                    Some(run) => {
+                        run.terminate(Duration::from_secs(grace));
+                        let overdue = run.kill_at.is_some_and(|at| Instant::now() >= at);
+                        if overdue {
+                            run.kill();
+                        }
+                        overdue || run.all_stopped()
+                    }
+                };
+                if done {
+                    self.pods.remove(uid);
+                    let name = pod.metadata.name.as_deref().unwrap_or_default();
+                    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+                    let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+                    match api
+                        .delete(name, &DeleteParams::default().grace_period(0))
+                        .await
+                    {
+                        Ok(_) => tracing::info!(pod = name, "pod stopped and removed"),
+                        Err(kube::Error::Api(e)) if e.code == 404 => {}
+                        Err(error) => tracing::warn!(pod = name, %error, "final delete failed"),
+                    }
+                }
+                continue;
+            }
+            if !self.pods.contains_key(uid)
+                && !finished
+                && let Err(reason) = self.start(pod).await
+            {
+                self.report_blocked(pod, reason).await;
+            }
+        }
+        let uids: Vec<String> = self.pods.keys().cloned().collect();
+        for uid in uids {
+            let Some(run) = self.pods.get_mut(&uid) else {
+                continue;
+            };
+            run.tend().await;
+            let status = status::pod_status(&run.view(), &now());
+            // Compare without the transition times, which change on every pass.
+            let comparable = strip_times(&status);
+            if run.reported.as_ref() != Some(&comparable) {
+                let (namespace, name) = (run.namespace.clone(), run.name.clone());
+                run.reported = Some(comparable);
+                self.patch_status(&namespace, &name, &json!({ "status": status }))
+                    .await;
+            }
+        }
+    }
+
+    /// SIGTERM every container, wait up to 10 s, then SIGKILL.
+    pub async fn stop_all(&mut self) {
+        for run in self.pods.values_mut() {
+            run.terminate(Duration::from_secs(10));
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && !self.pods.values_mut().all(PodRun::all_stopped) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for run in self.pods.values_mut() {
+            run.kill();
+        }
+    }
+}
+
+fn strip_times(status: &serde_json::Value) -> serde_json::Value {
+    let mut status = status.clone();
+    if let Some(conditions) = status["conditions"].as_array_mut() {
+        for condition in conditions {
+            condition["lastTransitionTime"] = serde_json::Value::Null;
+        }
+    }
+    status
+}
+
+fn materialize(dir: &Path, files: &[(PathBuf, Vec<u8>)]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for (relative, content) in files {
+        let path = dir.join(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&path, content)?;
+    }
+    Ok(())
+}
