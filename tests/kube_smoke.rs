@@ -111,6 +111,35 @@ async fn apiserver_validates_stateful_stream_jobs() {
         "{error}"
     );
 
+    // The processor and the input topic are immutable; other fields stay editable.
+    let mut job = jobs.get("card-count").await.unwrap();
+    job.spec.replicas += 1;
+    let job = jobs
+        .replace("card-count", &PostParams::default(), &job)
+        .await
+        .expect("replicas may change");
+    for (field, change) in [
+        (
+            "spec.processor is immutable",
+            Box::new(|job: &mut StatefulStreamJob| job.spec.processor.key_field = "other".into())
+                as Box<dyn Fn(&mut StatefulStreamJob)>,
+        ),
+        (
+            "spec.kafka.inputTopic is immutable",
+            Box::new(|job: &mut StatefulStreamJob| {
+                job.spec.kafka.input_topic = "other-input".into()
+            }),
+        ),
+    ] {
+        let mut changed = job.clone();
+        change(&mut changed);
+        let error = jobs
+            .replace("card-count", &PostParams::default(), &changed)
+            .await
+            .expect_err("an immutable field must not change");
+        assert!(error.to_string().contains(field), "{error}");
+    }
+
     Api::<Namespace>::all(client)
         .delete(&namespace, &DeleteParams::default())
         .await

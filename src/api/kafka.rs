@@ -11,8 +11,10 @@ pub struct KafkaSpec {
     #[schemars(length(min = 1, max = 2048))]
     pub bootstrap_servers: String,
 
-    /// Topic to read. Task i processes its partition i.
+    /// Topic to read. Task i processes its partition i. Immutable: the committed offsets and
+    /// the state belong to this topic.
     #[schemars(pattern(crate::api::TOPIC_PATTERN))]
+    #[x_kube(validation = kube::core::Rule::new("self == oldSelf").message("spec.kafka.inputTopic is immutable: the committed offsets and the state belong to the topic they were read from"))]
     pub input_topic: String,
 
     /// Topic the results are written to, exactly once.

@@ -98,7 +98,9 @@ pub struct StatefulStreamJobSpec {
     /// Kafka connection and topics.
     pub kafka: KafkaSpec,
 
-    /// The processing logic and the record fields it reads.
+    /// The processing logic and the record fields it reads. Immutable: the state of one
+    /// processor means nothing to another.
+    #[x_kube(validation = kube::core::Rule::new("self == oldSelf").message("spec.processor is immutable: state built by one processor cannot be read by another; create a new job (or delete and recreate this one with deletionPolicy Delete)"))]
     pub processor: ProcessorSpec,
 
     /// Local state on a persistent volume per pod.
