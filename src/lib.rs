@@ -2,6 +2,7 @@
 //! changelog topics and checkpoint settings, and keeps their state exact through failures.
 
 pub mod api;
+pub mod bench;
 pub mod checkpoint_reader;
 pub mod controller;
 pub mod crd;

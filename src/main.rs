@@ -27,6 +27,40 @@ enum Command {
     /// Run the operator: elect a leader through a Lease, then reconcile StatefulStreamJobs until
     /// SIGTERM (which releases the Lease so another replica takes over at once).
     Run(RunArgs),
+    /// Benchmark: reconcile many jobs against the apiserver of KUBECONFIG and the given Kafka and
+    /// S3, print reconcile latency p50/p99 and the process memory, and write them as JSON.
+    BenchReconcile(BenchArgs),
+}
+
+#[derive(Args, Debug)]
+struct BenchArgs {
+    /// Number of StatefulStreamJobs.
+    #[arg(long, default_value_t = 500)]
+    jobs: usize,
+    /// No-op passes over every job after the first pass.
+    #[arg(long, default_value_t = 2)]
+    passes: usize,
+    #[arg(long, env = "SK_KAFKA_BOOTSTRAP")]
+    bootstrap: String,
+    /// Input topic (created with 3 partitions if missing).
+    #[arg(long, default_value = "streamkeeper-bench-input")]
+    input_topic: String,
+    #[arg(long, env = "SK_S3_ENDPOINT")]
+    s3_endpoint: String,
+    #[arg(long, env = "SK_S3_BUCKET")]
+    s3_bucket: String,
+    #[arg(long, env = "SK_S3_REGION", default_value = "us-east-1")]
+    s3_region: String,
+    #[arg(long, env = "SK_S3_ACCESS_KEY")]
+    s3_access_key: String,
+    #[arg(long, env = "SK_S3_SECRET_KEY")]
+    s3_secret_key: String,
+    /// Give every job its own changelog and dead-letter topic (2 topics per job on the broker).
+    #[arg(long)]
+    own_topics: bool,
+    /// Where to write the JSON result.
+    #[arg(long, default_value = "bench-reconcile.json")]
+    output: std::path::PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -109,6 +143,21 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::BenchReconcile(args) => {
+            init_logging(LogFormat::Text);
+            let result = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+                .and_then(|runtime| runtime.block_on(bench(args)));
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Run(args) => {
             init_logging(args.log_format);
             let result = tokio::runtime::Builder::new_multi_thread()
@@ -167,6 +216,45 @@ async fn termination_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+
+async fn bench(args: BenchArgs) -> Result<(), String> {
+    let client = Client::try_default().await.map_err(|e| e.to_string())?;
+    let kafka = streamkeeper::kafka_admin::KafkaAdmin::connect(&args.bootstrap)
+        .map_err(|e| e.to_string())?;
+    if kafka
+        .topic(&args.input_topic)
+        .await
+        .map_err(|e| e.to_string())?
+        .is_none()
+    {
+        let topic = streamkeeper::controller::DesiredTopic {
+            name: args.input_topic.clone(),
+            partitions: 3,
+            replication_factor: None,
+            config: Default::default(),
+        };
+        kafka.create(&topic).await.map_err(|e| e.to_string())?;
+    }
+    let settings = streamkeeper::bench::BenchSettings {
+        jobs: args.jobs,
+        bootstrap: args.bootstrap,
+        input_topic: args.input_topic,
+        s3_endpoint: args.s3_endpoint,
+        s3_bucket: args.s3_bucket,
+        s3_region: args.s3_region,
+        s3_access_key: args.s3_access_key,
+        s3_secret_key: args.s3_secret_key,
+        own_topics: args.own_topics,
+        passes: args.passes,
+    };
+    let result = streamkeeper::bench::run(client, settings)
+        .await
+        .map_err(|e| e.to_string())?;
+    let json = serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?;
+    std::fs::write(&args.output, format!("{json}\n")).map_err(|e| e.to_string())?;
+    println!("wrote {}", args.output.display());
+    Ok(())
 }
 
 async fn fired(mut receiver: watch::Receiver<bool>) {
