@@ -2,6 +2,14 @@
 //! changelog topics and checkpoint settings, and keeps their state exact through failures.
 
 pub mod api;
+pub mod bench;
+pub mod checkpoint_reader;
 pub mod controller;
 pub mod crd;
+pub mod http;
+pub mod kafka_admin;
+pub mod leader;
+pub mod metrics;
+pub mod restore_request;
 pub mod retention;
+pub mod worker_client;

@@ -1,7 +1,16 @@
 //! `streamkeeper-operator`: the operator binary.
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use streamkeeper::controller::reconcile::{Context, Settings};
+use streamkeeper::leader::{LeaderElector, LeaseSettings, RenewEnd};
+use streamkeeper::metrics::Metrics;
+use tokio::sync::watch;
 
 /// Kubernetes operator for exactly-once stateful stream jobs (StatefulStreamJob, streamkeeper.dev/v1alpha1).
 #[derive(Parser, Debug)]
@@ -15,6 +24,110 @@ struct Cli {
 enum Command {
     /// Print the StatefulStreamJob CustomResourceDefinition as YAML (pipe it to `kubectl apply -f -`).
     Crd,
+    /// Run the operator: elect a leader through a Lease, then reconcile StatefulStreamJobs until
+    /// SIGTERM (which releases the Lease so another replica takes over at once).
+    Run(RunArgs),
+    /// Benchmark: reconcile many jobs against the apiserver of KUBECONFIG and the given Kafka and
+    /// S3, print reconcile latency p50/p99 and the process memory, and write them as JSON.
+    BenchReconcile(BenchArgs),
+}
+
+#[derive(Args, Debug)]
+struct BenchArgs {
+    /// Number of StatefulStreamJobs.
+    #[arg(long, default_value_t = 500)]
+    jobs: usize,
+    /// No-op passes over every job after the first pass.
+    #[arg(long, default_value_t = 2)]
+    passes: usize,
+    #[arg(long, env = "SK_KAFKA_BOOTSTRAP")]
+    bootstrap: String,
+    /// Input topic (created with 3 partitions if missing).
+    #[arg(long, default_value = "streamkeeper-bench-input")]
+    input_topic: String,
+    #[arg(long, env = "SK_S3_ENDPOINT")]
+    s3_endpoint: String,
+    #[arg(long, env = "SK_S3_BUCKET")]
+    s3_bucket: String,
+    #[arg(long, env = "SK_S3_REGION", default_value = "us-east-1")]
+    s3_region: String,
+    #[arg(long, env = "SK_S3_ACCESS_KEY")]
+    s3_access_key: String,
+    #[arg(long, env = "SK_S3_SECRET_KEY")]
+    s3_secret_key: String,
+    /// Give every job its own changelog and dead-letter topic (2 topics per job on the broker).
+    #[arg(long)]
+    own_topics: bool,
+    /// Where to write the JSON result.
+    #[arg(long, default_value = "bench-reconcile.json")]
+    output: std::path::PathBuf,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Watch only this namespace (default: every namespace).
+    #[arg(long, env = "STREAMKEEPER_NAMESPACE")]
+    namespace: Option<String>,
+    /// Address of the HTTP port serving /metrics and /healthz.
+    #[arg(
+        long,
+        env = "STREAMKEEPER_METRICS_ADDR",
+        default_value = "0.0.0.0:8080"
+    )]
+    metrics_addr: SocketAddr,
+    /// Log format: human-readable text or one JSON object per line.
+    #[arg(
+        long,
+        env = "STREAMKEEPER_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: LogFormat,
+    /// Name of the coordination.k8s.io Lease used for leader election.
+    #[arg(long, default_value = "streamkeeper-operator")]
+    lease_name: String,
+    /// Namespace of the Lease (default: --namespace, else `default`).
+    #[arg(long, env = "POD_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// Identity written into the Lease; must differ between replicas (default: a unique id).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Seconds a silent leader's Lease is honoured before another replica takes over.
+    #[arg(long, default_value_t = 15)]
+    lease_duration_seconds: u64,
+    /// Seconds the leader keeps leading without a successful renewal (less than the lease duration).
+    #[arg(long, default_value_t = 10)]
+    renew_deadline_seconds: u64,
+    /// Seconds between leader election attempts and renewals.
+    #[arg(long, default_value_t = 2)]
+    retry_period_seconds: u64,
+    /// Seconds a worker may take to answer the final checkpoint request before a suspend.
+    #[arg(long, default_value_t = 60)]
+    final_checkpoint_timeout_seconds: u64,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum RunError {
+    #[error("could not connect to the Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("could not serve metrics on {addr}: {source}")]
+    Metrics {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("lost the leader Lease; exiting so a fresh start competes again")]
+    LostLeadership,
+    #[error("the lease timings must satisfy retry period < renew deadline < lease duration")]
+    LeaseTimings,
+    #[error("could not start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
 }
 
 fn main() -> ExitCode {
@@ -30,5 +143,223 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::BenchReconcile(args) => {
+            init_logging(LogFormat::Text);
+            let result = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+                .and_then(|runtime| runtime.block_on(bench(args)));
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Run(args) => {
+            init_logging(args.log_format);
+            let result = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .map_err(RunError::Runtime)
+                .and_then(|runtime| runtime.block_on(run(args)));
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    tracing::error!(%error, "operator stopped");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+fn default_identity() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!("streamkeeper-operator-{}-{nanos:x}", std::process::id())
+}
+
+/// Resolves when SIGTERM or Ctrl-C arrives.
+async fn termination_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot listen for SIGTERM; Ctrl-C only");
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn bench(args: BenchArgs) -> Result<(), String> {
+    let client = Client::try_default().await.map_err(|e| e.to_string())?;
+    let kafka = streamkeeper::kafka_admin::KafkaAdmin::connect(&args.bootstrap)
+        .map_err(|e| e.to_string())?;
+    if kafka
+        .topic(&args.input_topic)
+        .await
+        .map_err(|e| e.to_string())?
+        .is_none()
+    {
+        let topic = streamkeeper::controller::DesiredTopic {
+            name: args.input_topic.clone(),
+            partitions: 3,
+            replication_factor: None,
+            config: Default::default(),
+        };
+        kafka.create(&topic).await.map_err(|e| e.to_string())?;
+    }
+    let settings = streamkeeper::bench::BenchSettings {
+        jobs: args.jobs,
+        bootstrap: args.bootstrap,
+        input_topic: args.input_topic,
+        s3_endpoint: args.s3_endpoint,
+        s3_bucket: args.s3_bucket,
+        s3_region: args.s3_region,
+        s3_access_key: args.s3_access_key,
+        s3_secret_key: args.s3_secret_key,
+        own_topics: args.own_topics,
+        passes: args.passes,
+    };
+    let result = streamkeeper::bench::run(client, settings)
+        .await
+        .map_err(|e| e.to_string())?;
+    let json = serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?;
+    std::fs::write(&args.output, format!("{json}\n")).map_err(|e| e.to_string())?;
+    println!("wrote {}", args.output.display());
+    Ok(())
+}
+
+async fn fired(mut receiver: watch::Receiver<bool>) {
+    let _ = receiver.wait_for(|fired| *fired).await;
+}
+
+async fn run(args: RunArgs) -> Result<(), RunError> {
+    let lease_duration = Duration::from_secs(args.lease_duration_seconds);
+    let renew_deadline = Duration::from_secs(args.renew_deadline_seconds);
+    let retry_period = Duration::from_secs(args.retry_period_seconds);
+    if !(retry_period < renew_deadline && renew_deadline < lease_duration) {
+        return Err(RunError::LeaseTimings);
+    }
+    let client = Client::try_default().await?;
+    let metrics = Arc::new(Metrics::new());
+
+    let (stop_sender, stop) = watch::channel(false);
+    tokio::spawn(async move {
+        termination_signal().await;
+        tracing::info!("termination signal: finishing reconciles, then releasing the Lease");
+        let _ = stop_sender.send(true);
+    });
+
+    let (bound, server) =
+        streamkeeper::http::serve(args.metrics_addr, Arc::clone(&metrics), fired(stop.clone()))
+            .await
+            .map_err(|source| RunError::Metrics {
+                addr: args.metrics_addr,
+                source,
+            })?;
+    tracing::info!(address = %bound, "serving /metrics and /healthz");
+    let server = tokio::spawn(server);
+
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let lease_namespace = args
+        .lease_namespace
+        .clone()
+        .or_else(|| args.namespace.clone())
+        .unwrap_or_else(|| "default".into());
+    let settings = LeaseSettings {
+        lease_duration,
+        renew_deadline,
+        retry_period,
+        ..LeaseSettings::new(lease_namespace, args.lease_name.clone(), identity.clone())
+    };
+    let elector = LeaderElector::new(client.clone(), settings);
+    tracing::info!(%identity, lease = %args.lease_name, "waiting to lead");
+    let mut waiting = stop.clone();
+    if !elector.acquire(&mut waiting).await {
+        tracing::info!("stopped before leading");
+        let _ = server.await;
+        return Ok(());
+    }
+    tracing::info!(%identity, namespace = ?args.namespace, "leading: reconciling StatefulStreamJobs");
+    metrics.set_leader(true);
+
+    let (lost_sender, lost) = watch::channel(false);
+    let controller_stop = {
+        let stop = stop.clone();
+        async move {
+            tokio::select! {
+                _ = fired(stop) => {}
+                _ = fired(lost) => {}
+            }
+        }
+    };
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "streamkeeper-operator".into(),
+            instance: Some(identity.clone()),
+        },
+    );
+    let ctx = Arc::new(Context::new(
+        client,
+        recorder,
+        Arc::clone(&metrics),
+        Settings {
+            final_checkpoint_timeout: Duration::from_secs(args.final_checkpoint_timeout_seconds),
+        },
+    ));
+    let mut renewing = stop.clone();
+    let renew = async {
+        let end = elector.keep_renewing(&mut renewing).await;
+        if end == RenewEnd::Lost {
+            tracing::error!("could not renew the leader Lease; stopping reconciles");
+            let _ = lost_sender.send(true);
+        }
+        end
+    };
+    let (end, ()) = tokio::join!(
+        renew,
+        streamkeeper::controller::run::run(ctx, args.namespace.clone(), controller_stop)
+    );
+    metrics.set_leader(false);
+    match end {
+        RenewEnd::Stopped => {
+            if let Err(error) = elector.release().await {
+                tracing::warn!(%error, "could not release the Lease; another replica takes over when it expires");
+            } else {
+                tracing::info!("released the leader Lease");
+            }
+            let _ = server.await;
+            Ok(())
+        }
+        RenewEnd::Lost => Err(RunError::LostLeadership),
     }
 }

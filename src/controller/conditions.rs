@@ -57,9 +57,24 @@ pub mod reasons {
     pub const CHANGELOG_DELETES_KEYS: &str = "ChangelogDeletesKeys";
     pub const PARTITION_MISMATCH: &str = "PartitionMismatch";
     pub const KAFKA_UNAVAILABLE: &str = "KafkaUnavailable";
+    pub const KAFKA_REFUSED: &str = "KafkaRefused";
+    pub const INPUT_TOPIC_MISSING: &str = "InputTopicMissing";
+    // CheckpointStale / RecoveryGap when S3 cannot be read
+    pub const S3_UNAVAILABLE: &str = "S3Unavailable";
+    // Errors of the apiserver itself (metric label and Event reason only)
+    pub const API_ERROR: &str = "ApiError";
+    // Suspended
+    pub const RUNNING: &str = "Running";
+    pub const FINAL_CHECKPOINT: &str = "FinalCheckpoint";
+    pub const FINAL_CHECKPOINT_INCOMPLETE: &str = "FinalCheckpointIncomplete";
     // Restoring
     pub const RESTORE_REQUESTED: &str = "RestoreRequested";
     pub const RESTORE_DONE: &str = "RestoreDone";
+    pub const RESTORE_ROLLING_OUT: &str = "RestoreRollingOut";
+    pub const NO_RESTORE: &str = "NoRestore";
+    // Events of operations
+    pub const PODS_RESTARTED: &str = "PodsRestarted";
+    pub const CLEANED_UP: &str = "CleanedUp";
 }
 
 /// The apiserver refuses a condition message longer than this many bytes.

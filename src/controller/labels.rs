@@ -18,6 +18,9 @@ pub const MANAGER: &str = "streamkeeper";
 pub const CONFIG_HASH_ANNOTATION: &str = "streamkeeper.dev/config-hash";
 /// Pod template annotation: `spec.restartNonce`, so changing the nonce changes the template.
 pub const RESTART_NONCE_ANNOTATION: &str = "streamkeeper.dev/restart-nonce";
+/// Pod template annotation: the restore request (contract `RestoreRequestDocument`, JSON), passed
+/// to the worker as an environment variable; changing it replaces the pods.
+pub const RESTORE_ANNOTATION: &str = "streamkeeper.dev/restore";
 /// Makes `kubectl logs/exec` pick the worker container without `-c`.
 pub const DEFAULT_CONTAINER_ANNOTATION: &str = "kubectl.kubernetes.io/default-container";
 
@@ -25,9 +28,10 @@ pub const DEFAULT_CONTAINER_ANNOTATION: &str = "kubectl.kubernetes.io/default-co
 /// from their StatefulSet selector or from the operator's pod watch.
 pub const RESERVED_LABELS: [&str; 4] = [NAME, INSTANCE, MANAGED_BY, JOB];
 /// Annotation keys a user may not set through `spec.pod.annotations`.
-pub const RESERVED_ANNOTATIONS: [&str; 3] = [
+pub const RESERVED_ANNOTATIONS: [&str; 4] = [
     CONFIG_HASH_ANNOTATION,
     RESTART_NONCE_ANNOTATION,
+    RESTORE_ANNOTATION,
     DEFAULT_CONTAINER_ANNOTATION,
 ];
 

@@ -7,12 +7,23 @@
 //! - [`conditions`]: condition types, reasons and the merge `update_status` uses.
 //! - [`names`], [`labels`]: every derived name, path, label and annotation key.
 //!
+//! The effectful steps: [`apply`] (server-side apply, Kafka topics), [`observe`] (S3 manifests,
+//! log-start offsets), [`operations`] (suspend, pod replacement, clean-up), [`update_status`];
+//! [`reconcile`] runs the pipeline and [`run`] wires it into a kube-runtime `Controller`.
+//!
 //! Retention rules for the status live in [`crate::retention`].
 
+pub mod apply;
 pub mod build;
 pub mod conditions;
 pub mod labels;
 pub mod names;
+pub mod observe;
+pub mod operations;
+pub mod reconcile;
+pub mod run;
+pub mod status;
+pub mod update_status;
 pub mod validate;
 
 #[cfg(test)]

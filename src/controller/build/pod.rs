@@ -2,10 +2,13 @@
 //! the state volume, secrets as read-only files, a locked-down security context, and the user's
 //! scheduling overrides merged with an anti-affinity that spreads the job's pods over nodes.
 
-use crate::api::PullPolicy;
+use crate::api::{PullPolicy, RestoreSource};
 use crate::controller::labels;
 use crate::controller::names;
-use crate::controller::validate::ValidatedJob;
+use crate::controller::validate::{RestorePoint, ValidatedJob};
+use crate::restore_request::{
+    RESTORE_REQUEST_ENV, RestoreCheckpoint, RestoreReplaySource, RestoreRequestDocument,
+};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
     EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector, PodAffinityTerm,
@@ -16,6 +19,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
+use streamkeeper_contract::Versioned;
 
 /// Seconds a worker gets after SIGTERM: enough to finish the open transaction and hand off.
 pub const TERMINATION_GRACE_SECONDS: i64 = 60;
@@ -79,7 +83,62 @@ fn annotations(job: &ValidatedJob, config_hash: &str) -> BTreeMap<String, String
     if let Some(nonce) = &job.workers.restart_nonce {
         annotations.insert(labels::RESTART_NONCE_ANNOTATION.into(), nonce.clone());
     }
+    if let Some(request) = restore_request(job) {
+        annotations.insert(labels::RESTORE_ANNOTATION.into(), request);
+    }
     annotations
+}
+
+/// The restore request as the worker reads it (see the contract's `restore_request` module), or
+/// `None` without `spec.restore`.
+pub fn restore_request(job: &ValidatedJob) -> Option<String> {
+    let restore = job.restore.as_ref()?;
+    let document = RestoreRequestDocument {
+        version: RestoreRequestDocument::VERSION,
+        id: restore.id.clone(),
+        checkpoint: match restore.checkpoint {
+            RestorePoint::Latest => RestoreCheckpoint::Latest,
+            RestorePoint::Sequence(sequence) => RestoreCheckpoint::Sequence(sequence),
+        },
+        source: match restore.source {
+            RestoreSource::Changelog => RestoreReplaySource::Changelog,
+            RestoreSource::Input => RestoreReplaySource::Input,
+        },
+    };
+    // Plain strings and numbers: serializing cannot fail.
+    serde_json::to_string(&document).ok()
+}
+
+fn field_env(name: &str, field_path: String) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path,
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+fn env(job: &ValidatedJob) -> Vec<EnvVar> {
+    let mut env = vec![
+        EnvVar {
+            name: "STREAMKEEPER_LOG_FORMAT".into(),
+            value: Some("json".into()),
+            ..EnvVar::default()
+        },
+        field_env("POD_NAME", "metadata.name".into()),
+    ];
+    if job.restore.is_some() {
+        env.push(field_env(
+            RESTORE_REQUEST_ENV,
+            format!("metadata.annotations['{}']", labels::RESTORE_ANNOTATION),
+        ));
+    }
+    env
 }
 
 fn container(job: &ValidatedJob) -> Container {
@@ -92,24 +151,7 @@ fn container(job: &ValidatedJob) -> Container {
             "--config".into(),
             names::CONFIG_FILE.into(),
         ]),
-        env: Some(vec![
-            EnvVar {
-                name: "STREAMKEEPER_LOG_FORMAT".into(),
-                value: Some("json".into()),
-                ..EnvVar::default()
-            },
-            EnvVar {
-                name: "POD_NAME".into(),
-                value_from: Some(EnvVarSource {
-                    field_ref: Some(ObjectFieldSelector {
-                        field_path: "metadata.name".into(),
-                        ..ObjectFieldSelector::default()
-                    }),
-                    ..EnvVarSource::default()
-                }),
-                ..EnvVar::default()
-            },
-        ]),
+        env: Some(env(job)),
         ports: Some(vec![ContainerPort {
             name: Some(names::HTTP_PORT_NAME.into()),
             container_port: names::HTTP_PORT,

@@ -325,3 +325,49 @@ fn empty_overrides_leave_fields_unset_and_pull_policy_is_passed_on() {
     assert!(spec.get("tolerations").is_none());
     assert_eq!(spec["containers"][0]["imagePullPolicy"], "IfNotPresent");
 }
+
+#[test]
+fn a_restore_request_reaches_the_worker_through_annotation_and_env() {
+    let job = fixtures::validated_with(|job| {
+        job.spec.restore = Some(crate::api::RestoreSpec {
+            id: "incident-17".into(),
+            checkpoint: "42".into(),
+            source: crate::api::RestoreSource::Input,
+        });
+    });
+    let built = template(&job, "aaaaaaaaaaaaaaaa");
+    let annotation = built
+        .metadata
+        .as_ref()
+        .unwrap()
+        .annotations
+        .as_ref()
+        .unwrap()["streamkeeper.dev/restore"]
+        .clone();
+    let document = RestoreRequestDocument::from_json(annotation.as_bytes()).unwrap();
+    assert_eq!(document.id, "incident-17");
+    assert_eq!(document.checkpoint, RestoreCheckpoint::Sequence(42));
+    assert_eq!(document.source, RestoreReplaySource::Input);
+    let env = &json(&built.spec)["containers"][0]["env"];
+    assert_eq!(
+        env[2],
+        yaml(
+            r#"
+name: STREAMKEEPER_RESTORE_REQUEST
+valueFrom:
+  fieldRef:
+    fieldPath: metadata.annotations['streamkeeper.dev/restore']
+"#
+        )
+    );
+    let without = template(&fixtures::validated(), "aaaaaaaaaaaaaaaa");
+    assert!(
+        !without
+            .metadata
+            .unwrap()
+            .annotations
+            .unwrap()
+            .contains_key("streamkeeper.dev/restore")
+    );
+    assert_ne!(built.spec, without.spec);
+}

@@ -1,0 +1,215 @@
+//! Reading a job's checkpoints in S3, for the status (newest checkpoint per task, its age and
+//! input offset) and for `deletionPolicy: Delete`. The worker writes them; the operator never
+//! writes a checkpoint, it only reads manifests and, on request, deletes the job's prefix.
+//!
+//! Keys come from the contract's [`TaskPrefix`], manifests are parsed with the contract's
+//! [`CheckpointManifest`], so the two sides cannot disagree about the layout.
+
+use crate::controller::conditions::reasons;
+use crate::controller::validate::CheckpointSettings;
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+use streamkeeper_contract::{CheckpointManifest, TaskPrefix, Versioned};
+
+/// Newest manifests read per task to find the valid one with the highest changelog offset: two
+/// owners racing can leave a higher sequence number with a lower offset, never many of them.
+const MANIFESTS_READ_PER_TASK: usize = 4;
+
+/// A failed S3 request. `category()` is the condition reason and the metric label.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointReadError {
+    #[error("S3 bucket {bucket} did not answer {operation} under {prefix}: {message}")]
+    Unavailable {
+        bucket: String,
+        operation: &'static str,
+        prefix: String,
+        message: String,
+    },
+}
+
+impl CheckpointReadError {
+    pub fn category(&self) -> &'static str {
+        reasons::S3_UNAVAILABLE
+    }
+}
+
+/// Access keys read from the job's credentials Secret; ambient AWS credentials when absent.
+#[derive(Clone)]
+pub struct S3AccessKeys {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+}
+
+/// The checkpoints of one job.
+pub struct CheckpointReader {
+    client: Client,
+    bucket: String,
+    prefix: String,
+    namespace: String,
+    job: String,
+}
+
+impl CheckpointReader {
+    pub async fn new(
+        settings: &CheckpointSettings,
+        keys: Option<S3AccessKeys>,
+        namespace: &str,
+        job: &str,
+    ) -> Self {
+        let mut config = aws_sdk_s3::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(settings.region.clone()))
+            .force_path_style(settings.path_style);
+        if let Some(endpoint) = &settings.endpoint {
+            config = config.endpoint_url(endpoint);
+        }
+        config = match keys {
+            Some(keys) => config.credentials_provider(Credentials::new(
+                keys.access_key_id,
+                keys.secret_access_key,
+                None,
+                None,
+                "streamkeeper-job-secret",
+            )),
+            None => {
+                let ambient = aws_config::defaults(BehaviorVersion::latest()).load().await;
+                match ambient.credentials_provider() {
+                    Some(provider) => config.credentials_provider(provider),
+                    None => config,
+                }
+            }
+        };
+        Self {
+            client: Client::from_conf(config.build()),
+            bucket: settings.bucket.clone(),
+            prefix: settings.prefix.clone(),
+            namespace: namespace.to_string(),
+            job: job.to_string(),
+        }
+    }
+
+    fn task(&self, task: u32) -> TaskPrefix {
+        TaskPrefix::new(&self.prefix, &self.namespace, &self.job, task)
+    }
+
+    /// `<prefix>/<namespace>/<job>/`: everything the job's workers wrote.
+    pub fn job_prefix(&self) -> String {
+        let task = self.task(0);
+        let text = task.as_str();
+        match text.rfind('/') {
+            Some(end) => text[..=end].to_string(),
+            None => String::new(),
+        }
+    }
+
+    fn unavailable(
+        &self,
+        operation: &'static str,
+        prefix: &str,
+        error: impl std::error::Error,
+    ) -> CheckpointReadError {
+        CheckpointReadError::Unavailable {
+            bucket: self.bucket.clone(),
+            operation,
+            prefix: prefix.to_string(),
+            message: aws_sdk_s3::error::DisplayErrorContext(error).to_string(),
+        }
+    }
+
+    /// Every key under `prefix`, in lexical order.
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, CheckpointReadError> {
+        let mut keys = Vec::new();
+        let mut token = None;
+        loop {
+            let page = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(prefix)
+                .set_continuation_token(token)
+                .send()
+                .await
+                .map_err(|e| self.unavailable("ListObjectsV2", prefix, e))?;
+            keys.extend(
+                page.contents()
+                    .iter()
+                    .filter_map(|object| object.key().map(str::to_string)),
+            );
+            token = page.next_continuation_token().map(str::to_string);
+            if token.is_none() {
+                keys.sort();
+                return Ok(keys);
+            }
+        }
+    }
+
+    /// The newest valid checkpoint of `task`: among the newest few manifests, the one with the
+    /// highest changelog offset (the rule restore uses). A manifest that does not parse or has a
+    /// version this operator does not know is skipped, as restore skips it.
+    pub async fn newest(
+        &self,
+        task: u32,
+    ) -> Result<Option<CheckpointManifest>, CheckpointReadError> {
+        let prefix = self.task(task);
+        let keys = self.list(&prefix.manifests()).await?;
+        let mut sequences: Vec<u64> = keys.iter().filter_map(|k| prefix.sequence_of(k)).collect();
+        sequences.sort_unstable();
+        let mut best: Option<CheckpointManifest> = None;
+        for sequence in sequences.iter().rev().take(MANIFESTS_READ_PER_TASK) {
+            let key = prefix.manifest_key(*sequence);
+            let object = self
+                .client
+                .get_object()
+                .bucket(&self.bucket)
+                .key(&key)
+                .send()
+                .await
+                .map_err(|e| self.unavailable("GetObject", &key, e))?;
+            let bytes = object
+                .body
+                .collect()
+                .await
+                .map_err(|e| self.unavailable("GetObject", &key, e))?
+                .into_bytes();
+            let Ok(manifest) = CheckpointManifest::from_json(&bytes) else {
+                tracing::warn!(key, "skipping a checkpoint manifest that does not parse");
+                continue;
+            };
+            if best
+                .as_ref()
+                .is_none_or(|b| manifest.changelog_offset > b.changelog_offset)
+            {
+                best = Some(manifest);
+            }
+        }
+        Ok(best)
+    }
+
+    /// Deletes every object under the job's prefix; returns how many were deleted.
+    pub async fn delete_all(&self) -> Result<usize, CheckpointReadError> {
+        let prefix = self.job_prefix();
+        let keys = self.list(&prefix).await?;
+        // DeleteObjects takes at most 1000 keys per request.
+        for chunk in keys.chunks(1000) {
+            let objects = chunk
+                .iter()
+                .map(|key| ObjectIdentifier::builder().key(key).build())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| self.unavailable("DeleteObjects", &prefix, e))?;
+            let delete = Delete::builder()
+                .set_objects(Some(objects))
+                .quiet(true)
+                .build()
+                .map_err(|e| self.unavailable("DeleteObjects", &prefix, e))?;
+            self.client
+                .delete_objects()
+                .bucket(&self.bucket)
+                .delete(delete)
+                .send()
+                .await
+                .map_err(|e| self.unavailable("DeleteObjects", &prefix, e))?;
+        }
+        Ok(keys.len())
+    }
+}

@@ -1,0 +1,191 @@
+//! Step 3 of the pipeline: make the cluster and Kafka match [`DesiredResources`].
+//!
+//! Kubernetes objects go through server-side apply with one field manager, forced, so a no-op
+//! reconcile sends the same intent and the apiserver stores nothing. Topics go first: an existing
+//! changelog that breaks a rule stops the apply before any pod could start writing to it.
+
+use crate::controller::DesiredResources;
+use crate::controller::build::DesiredTopics;
+use crate::controller::names;
+use crate::kafka_admin::{KafkaAdmin, KafkaAdminError};
+use crate::retention::{self, RetentionViolation};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::{Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+use std::time::Duration;
+
+/// The one field manager of everything the operator writes.
+pub const FIELD_MANAGER: &str = "streamkeeper-operator";
+
+/// A failed write to the apiserver, naming the object.
+#[derive(Debug, thiserror::Error)]
+#[error("could not {action} {kind} {namespace}/{name}: {source}")]
+pub struct ApiError {
+    pub action: &'static str,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    #[source]
+    pub source: kube::Error,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error(transparent)]
+    Kafka(#[from] KafkaAdminError),
+}
+
+/// What `apply` did.
+#[derive(Debug)]
+pub enum ApplyOutcome {
+    /// Every object and topic is as desired; the StatefulSet as the apiserver returned it.
+    Applied { stateful_set: Box<StatefulSet> },
+    /// The existing changelog breaks a rule: nothing was applied.
+    ChangelogRefused(RetentionViolation),
+}
+
+/// Applies `desired` for the job `job_uid` in `namespace`.
+pub async fn apply(
+    client: &Client,
+    kafka: &KafkaAdmin,
+    namespace: &str,
+    job: &str,
+    job_uid: &str,
+    desired: &DesiredResources,
+) -> Result<ApplyOutcome, ApplyError> {
+    let DesiredResources {
+        config_map,
+        stateful_set,
+        service,
+        pod_disruption_budget,
+        service_account,
+        role,
+        role_binding,
+        topics,
+    } = desired;
+    if let Some(violation) = ensure_topics(kafka, topics).await? {
+        return Ok(ApplyOutcome::ChangelogRefused(violation));
+    }
+    match service_account {
+        Some(account) => {
+            server_side_apply(client, namespace, account).await?;
+        }
+        None => delete_owned_service_account(client, namespace, job, job_uid).await?,
+    }
+    server_side_apply(client, namespace, role).await?;
+    server_side_apply(client, namespace, role_binding).await?;
+    server_side_apply(client, namespace, config_map).await?;
+    server_side_apply(client, namespace, service).await?;
+    server_side_apply(client, namespace, pod_disruption_budget).await?;
+    let stateful_set = server_side_apply(client, namespace, stateful_set).await?;
+    Ok(ApplyOutcome::Applied {
+        stateful_set: Box::new(stateful_set),
+    })
+}
+
+/// Creates missing topics; checks an existing changelog's partitions and cleanup policy.
+async fn ensure_topics(
+    kafka: &KafkaAdmin,
+    topics: &DesiredTopics,
+) -> Result<Option<RetentionViolation>, KafkaAdminError> {
+    let DesiredTopics {
+        changelog,
+        dead_letter,
+    } = topics;
+    match kafka.topic(&changelog.name).await? {
+        Some(existing) => {
+            if let Err(violation) = check_changelog(&existing, changelog.partitions) {
+                return Ok(Some(violation));
+            }
+        }
+        None => kafka.create(changelog).await?,
+    }
+    if kafka.topic(&dead_letter.name).await?.is_none() {
+        kafka.create(dead_letter).await?;
+    }
+    Ok(None)
+}
+
+fn check_changelog(
+    existing: &crate::kafka_admin::TopicFacts,
+    input_partitions: i32,
+) -> Result<(), RetentionViolation> {
+    retention::check_changelog_partitions(existing.partitions, input_partitions)?;
+    let config = |key: &str| existing.config.get(key).map(String::as_str);
+    let time = retention::TopicRetention::from_topic_config(config("retention.ms"), None)?.time;
+    retention::check_changelog_cleanup_policy(config("cleanup.policy").unwrap_or("delete"), time)
+}
+
+/// Server-side apply of `object` (named, namespaced) with [`FIELD_MANAGER`], forced.
+pub async fn server_side_apply<K>(
+    client: &Client,
+    namespace: &str,
+    object: &K,
+) -> Result<K, ApiError>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let name = object.meta().name.clone().unwrap_or_default();
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(object),
+    )
+    .await
+    .map_err(|source| ApiError {
+        action: "apply",
+        kind: K::kind(&()).to_string(),
+        namespace: namespace.to_string(),
+        name,
+        source,
+    })
+}
+
+/// Our `<job>-worker` ServiceAccount, when the user now names their own: removed if it is ours.
+async fn delete_owned_service_account(
+    client: &Client,
+    namespace: &str,
+    job: &str,
+    job_uid: &str,
+) -> Result<(), ApiError> {
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let name = names::worker_service_account(job);
+    let error = |action, source| ApiError {
+        action,
+        kind: "ServiceAccount".into(),
+        namespace: namespace.to_string(),
+        name: name.clone(),
+        source,
+    };
+    let Some(account) = api.get_opt(&name).await.map_err(|e| error("read", e))? else {
+        return Ok(());
+    };
+    let ours = account
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|owner| owner.uid == job_uid);
+    if ours {
+        api.delete(&name, &DeleteParams::default())
+            .await
+            .map_err(|e| error("delete", e))?;
+    }
+    Ok(())
+}
+
+/// How long to wait before looking again at a refused changelog or retention: topic configs are
+/// not watched, so a fix on the broker side is noticed at this pace.
+pub const REFUSED_RECHECK: Duration = Duration::from_secs(60);

@@ -1,0 +1,258 @@
+//! Reading the facts a job's recoverability depends on: each task's newest checkpoint (from
+//! the S3 manifests) and the input partitions' log-start offsets (from Kafka), judged by the
+//! pure rules of [`crate::retention`] into `CheckpointStale` and `RecoveryGap`.
+
+use crate::api::{TaskCheckpoint, TaskStatus};
+use crate::checkpoint_reader::{CheckpointReader, S3AccessKeys};
+use crate::controller::ValidatedJob;
+use crate::controller::conditions::{ConditionStatus, ConditionUpdate, reasons, types};
+use crate::controller::reconcile::{Context, ReconcileError};
+use crate::controller::status::condition;
+use crate::kafka_admin::KafkaAdmin;
+use crate::retention;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use streamkeeper_contract::CheckpointManifest;
+
+/// What S3 and Kafka say about the job's checkpoints.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointObservation {
+    pub tasks: Vec<TaskStatus>,
+    pub checkpoint_stale: ConditionUpdate,
+    pub recovery_gap: ConditionUpdate,
+}
+
+/// The access keys from the job's credentials Secret, or `None` for ambient credentials.
+pub async fn s3_access_keys(
+    ctx: &Context,
+    job: &ValidatedJob,
+) -> Result<Option<S3AccessKeys>, ReconcileError> {
+    let Some(secret_ref) = &job.checkpoint.credentials else {
+        return Ok(None);
+    };
+    let failure = |reason: String| ReconcileError::S3Credentials {
+        namespace: job.namespace.clone(),
+        name: secret_ref.name.clone(),
+        reason,
+    };
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &job.namespace);
+    let secret = secrets
+        .get_opt(&secret_ref.name)
+        .await
+        .map_err(|e| failure(format!("could not be read: {e}")))?
+        .ok_or_else(|| failure("does not exist".into()))?;
+    let data = secret.data.unwrap_or_default();
+    let value = |key: &str| {
+        data.get(key)
+            .map(|bytes| String::from_utf8_lossy(&bytes.0).trim().to_string())
+            .ok_or_else(|| failure(format!("has no key {key}")))
+    };
+    Ok(Some(S3AccessKeys {
+        access_key_id: value(&secret_ref.access_key_id_key)?,
+        secret_access_key: value(&secret_ref.secret_access_key_key)?,
+    }))
+}
+
+/// Reads the newest checkpoint of every task and checks it against `max_safe_age` and the input
+/// partition's log-start offset.
+pub async fn checkpoints(
+    ctx: &Context,
+    kafka: &KafkaAdmin,
+    job: &ValidatedJob,
+    partitions: i32,
+    max_safe_age: Option<Duration>,
+) -> Result<CheckpointObservation, ReconcileError> {
+    let keys = s3_access_keys(ctx, job).await?;
+    let reader = CheckpointReader::new(&job.checkpoint, keys, &job.namespace, &job.name).await;
+    let task_count = u32::try_from(partitions).unwrap_or(0);
+    let mut newest = Vec::new();
+    for task in 0..task_count {
+        newest.push(reader.newest(task).await?);
+    }
+    let log_starts = if newest.iter().any(Option::is_some) {
+        kafka
+            .log_start_offsets(&job.kafka.input_topic, partitions)
+            .await?
+    } else {
+        Vec::new()
+    };
+    Ok(judge(&newest, &log_starts, max_safe_age, now_ms()))
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or_default()
+}
+
+/// The pure part: newest manifest per task (index = task), log-start offset per partition.
+pub fn judge(
+    newest: &[Option<CheckpointManifest>],
+    log_starts: &[i64],
+    max_safe_age: Option<Duration>,
+    now_ms: u64,
+) -> CheckpointObservation {
+    let mut tasks = Vec::new();
+    let mut stale = Vec::new();
+    let mut gaps = Vec::new();
+    let mut without = Vec::new();
+    for (index, manifest) in newest.iter().enumerate() {
+        let task = u32::try_from(index).unwrap_or(u32::MAX);
+        let Some(manifest) = manifest else {
+            without.push(task.to_string());
+            tasks.push(TaskStatus {
+                task: i32::try_from(task).unwrap_or(i32::MAX),
+                ..TaskStatus::default()
+            });
+            continue;
+        };
+        let age = Duration::from_millis(now_ms.saturating_sub(manifest.created_at_ms));
+        if let Err(violation) = retention::check_checkpoint_age(task, age, max_safe_age) {
+            stale.push(violation.to_string());
+        }
+        if let Some(log_start) = log_starts.get(index)
+            && let Err(violation) =
+                retention::check_recovery_gap(task, manifest.input_offset, *log_start)
+        {
+            gaps.push(violation.to_string());
+        }
+        tasks.push(TaskStatus {
+            task: i32::try_from(task).unwrap_or(i32::MAX),
+            last_checkpoint: Some(TaskCheckpoint {
+                sequence: i64::try_from(manifest.sequence).unwrap_or(i64::MAX),
+                time: i64::try_from(manifest.created_at_ms)
+                    .ok()
+                    .and_then(|ms| Timestamp::from_millisecond(ms).ok())
+                    .map(Time),
+                input_offset: manifest.input_offset,
+                changelog_offset: manifest.changelog_offset,
+                bytes: i64::try_from(manifest.total_bytes()).unwrap_or(i64::MAX),
+            }),
+            ..TaskStatus::default()
+        });
+    }
+    let checkpoint_stale = if !stale.is_empty() {
+        condition(
+            types::CHECKPOINT_STALE,
+            ConditionStatus::True,
+            reasons::CHECKPOINT_TOO_OLD,
+            stale.join("; "),
+        )
+    } else if !without.is_empty() {
+        condition(
+            types::CHECKPOINT_STALE,
+            ConditionStatus::False,
+            reasons::NO_CHECKPOINT_YET,
+            format!("no checkpoint yet for tasks {}", without.join(", ")),
+        )
+    } else {
+        condition(
+            types::CHECKPOINT_STALE,
+            ConditionStatus::False,
+            reasons::CHECKPOINTS_FRESH,
+            "every task's newest checkpoint is within the max safe age",
+        )
+    };
+    let recovery_gap = if gaps.is_empty() {
+        condition(
+            types::RECOVERY_GAP,
+            ConditionStatus::False,
+            reasons::INPUT_AVAILABLE,
+            "the input after every task's newest checkpoint is still in Kafka",
+        )
+    } else {
+        condition(
+            types::RECOVERY_GAP,
+            ConditionStatus::True,
+            reasons::INPUT_TRUNCATED,
+            gaps.join("; "),
+        )
+    };
+    CheckpointObservation {
+        tasks,
+        checkpoint_stale,
+        recovery_gap,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR_MS: u64 = 3_600_000;
+
+    fn manifest(task: u32, created_at_ms: u64, input_offset: i64) -> CheckpointManifest {
+        CheckpointManifest {
+            version: 1,
+            task,
+            sequence: 9,
+            owner: "job-0".into(),
+            assignment_generation: 1,
+            created_at_ms,
+            input_offset,
+            changelog_offset: 100,
+            newest_record_ms: created_at_ms,
+            processor_kind: "count".into(),
+            state_format_version: 1,
+            files: vec![],
+        }
+    }
+
+    #[test]
+    fn fresh_checkpoints_above_the_log_start_are_fine() {
+        let now = 100 * HOUR_MS;
+        let observation = judge(
+            &[
+                Some(manifest(0, now - HOUR_MS, 50)),
+                Some(manifest(1, now, 7)),
+            ],
+            &[10, 7],
+            Some(Duration::from_secs(12 * 3600)),
+            now,
+        );
+        assert_eq!(observation.checkpoint_stale.reason, "CheckpointsFresh");
+        assert_eq!(observation.recovery_gap.status, ConditionStatus::False);
+        let checkpoint = observation.tasks[0].last_checkpoint.clone().unwrap();
+        assert_eq!(checkpoint.input_offset, 50);
+        assert_eq!(checkpoint.sequence, 9);
+        assert_eq!(
+            checkpoint.time.unwrap().0.as_millisecond(),
+            i64::try_from(now - HOUR_MS).unwrap()
+        );
+    }
+
+    #[test]
+    fn an_old_checkpoint_is_stale_and_a_truncated_input_is_a_gap() {
+        let now = 100 * HOUR_MS;
+        let observation = judge(
+            &[Some(manifest(0, now - 13 * HOUR_MS, 5)), None],
+            &[10, 0],
+            Some(Duration::from_secs(12 * 3600)),
+            now,
+        );
+        assert_eq!(observation.checkpoint_stale.status, ConditionStatus::True);
+        assert!(
+            observation.checkpoint_stale.message.contains("task 0"),
+            "{}",
+            observation.checkpoint_stale.message
+        );
+        assert_eq!(observation.recovery_gap.status, ConditionStatus::True);
+        assert!(
+            observation.recovery_gap.message.contains("5 records"),
+            "{}",
+            observation.recovery_gap.message
+        );
+        assert_eq!(observation.tasks[1].last_checkpoint, None);
+    }
+
+    #[test]
+    fn tasks_without_checkpoints_are_named() {
+        let observation = judge(&[None, None], &[], None, 0);
+        assert_eq!(observation.checkpoint_stale.reason, "NoCheckpointYet");
+        assert!(observation.checkpoint_stale.message.contains("0, 1"));
+    }
+}

@@ -1,0 +1,350 @@
+//! Operations beyond applying objects: the final checkpoint before suspend, replacing worker
+//! pods whose template is outdated (the StatefulSet uses `OnDelete`), the clean-up of
+//! `deletionPolicy: Delete`, and publishing Events.
+
+use crate::api::StatefulStreamJob;
+use crate::checkpoint_reader::CheckpointReader;
+use crate::controller::ValidatedJob;
+use crate::controller::apply::ApiError;
+use crate::controller::conditions::reasons;
+use crate::controller::labels;
+use crate::controller::names;
+use crate::controller::observe::s3_access_keys;
+use crate::controller::reconcile::{Context, ReconcileError};
+use crate::worker_client;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+
+/// The label the StatefulSet controller puts on each pod: the revision it was created from.
+const REVISION_LABEL: &str = "controller-revision-hash";
+
+/// Publishes an Event about `job`; a failure is logged, never fails the reconcile.
+pub async fn publish(
+    ctx: &Context,
+    job: &StatefulStreamJob,
+    warning: bool,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.to_string(),
+        // The Events API caps the note at 1 kB.
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
+        tracing::warn!(job = %job.name_any(), %error, "could not publish an Event");
+    }
+}
+
+/// What the suspend step reports in the `Suspended` condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SuspendNote {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Before scaling a running job to zero: `POST /v1/checkpoints` on every worker pod, through
+/// the headless Service's DNS names. Pods that cannot be reached are named; suspend goes on
+/// anyway, because the changelog and the volumes still hold the exact state (the checkpoint only
+/// shortens the restore). `None` when the job is already scaled to zero.
+pub async fn final_checkpoint_before_suspend(
+    ctx: &Context,
+    job: &ValidatedJob,
+) -> Result<Option<SuspendNote>, ReconcileError> {
+    let sets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &job.namespace);
+    let name = names::stateful_set(&job.name);
+    let current = sets.get_opt(&name).await.map_err(|source| ApiError {
+        action: "read",
+        kind: "StatefulSet".into(),
+        namespace: job.namespace.clone(),
+        name: name.clone(),
+        source,
+    })?;
+    let running = current
+        .and_then(|set| set.spec)
+        .and_then(|spec| spec.replicas)
+        .is_some_and(|replicas| replicas > 0);
+    if !running {
+        return Ok(None);
+    }
+    let pods = job_pods(ctx, job).await?;
+    let port = u16::try_from(names::HTTP_PORT).unwrap_or(8080);
+    let timeout = ctx.settings.final_checkpoint_timeout;
+    let service = names::service(&job.name);
+    let calls = pods.iter().map(|pod| {
+        let host = format!("{}.{service}.{}.svc", pod.name_any(), job.namespace);
+        async move {
+            let result = worker_client::request_checkpoint(&host, port, timeout).await;
+            (pod.name_any(), result)
+        }
+    });
+    let results = futures::future::join_all(calls).await;
+    let (done, failed): (Vec<_>, Vec<_>) = results.into_iter().partition(|(_, r)| r.is_ok());
+    let done: Vec<String> = done.into_iter().map(|(pod, _)| pod).collect();
+    let failed: Vec<String> = failed
+        .into_iter()
+        .map(|(pod, result)| match result {
+            Err(error) => format!("{pod} ({error})"),
+            Ok(()) => pod,
+        })
+        .collect();
+    let note = if failed.is_empty() {
+        SuspendNote {
+            reason: reasons::FINAL_CHECKPOINT,
+            message: format!(
+                "final checkpoint taken on {} worker pods, then scaled to zero",
+                done.len()
+            ),
+        }
+    } else {
+        SuspendNote {
+            reason: reasons::FINAL_CHECKPOINT_INCOMPLETE,
+            message: format!(
+                "scaled to zero; no final checkpoint from {}; their tasks resume from the changelog and the volumes",
+                failed.join(", ")
+            ),
+        }
+    };
+    tracing::info!(job = %job.name, message = %note.message, "suspending");
+    let Some(job_object) = job_reference(ctx, job).await else {
+        return Ok(Some(note));
+    };
+    publish(
+        ctx,
+        &job_object,
+        note.reason == reasons::FINAL_CHECKPOINT_INCOMPLETE,
+        note.reason,
+        note.message.clone(),
+    )
+    .await;
+    Ok(Some(note))
+}
+
+async fn job_reference(ctx: &Context, job: &ValidatedJob) -> Option<StatefulStreamJob> {
+    let jobs: Api<StatefulStreamJob> = Api::namespaced(ctx.client.clone(), &job.namespace);
+    jobs.get_opt(&job.name).await.ok().flatten()
+}
+
+async fn job_pods(ctx: &Context, job: &ValidatedJob) -> Result<Vec<Pod>, ApiError> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &job.namespace);
+    let list = pods
+        .list(&ListParams::default().labels(&labels::selector_string(&job.name)))
+        .await
+        .map_err(|source| ApiError {
+            action: "list",
+            kind: "Pod".into(),
+            namespace: job.namespace.clone(),
+            name: labels::selector_string(&job.name),
+            source,
+        })?;
+    Ok(list.items)
+}
+
+/// Where replacing outdated pods stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RollState {
+    /// Pods still on an old template revision (not counting those already being deleted).
+    pub outdated: usize,
+    /// The StatefulSet controller has not yet seen the newest template.
+    pub waiting_for_controller: bool,
+}
+
+impl RollState {
+    pub fn in_progress(&self) -> bool {
+        self.outdated > 0 || self.waiting_for_controller
+    }
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+}
+
+/// Which outdated pods to delete now: every outdated pod that is not ready (it serves nothing, so
+/// replacing it costs nothing), plus one ready outdated pod when every other pod is ready and
+/// none is being replaced (so at most one working pod is down at a time, as the PDB allows).
+pub fn pods_to_replace<'a>(pods: &'a [Pod], update_revision: &str) -> (Vec<&'a Pod>, usize) {
+    let live: Vec<&Pod> = pods
+        .iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .collect();
+    let outdated: Vec<&Pod> = live
+        .iter()
+        .copied()
+        .filter(|pod| pod.labels().get(REVISION_LABEL).map(String::as_str) != Some(update_revision))
+        .collect();
+    let mut chosen: Vec<&Pod> = outdated
+        .iter()
+        .copied()
+        .filter(|pod| !is_ready(pod))
+        .collect();
+    let someone_terminating = live.len() < pods.len();
+    let others_ready = live
+        .iter()
+        .all(|pod| is_ready(pod) || chosen.iter().any(|c| c.name_any() == pod.name_any()));
+    if chosen.is_empty()
+        && !someone_terminating
+        && others_ready
+        && let Some(first_ready) = outdated.first()
+    {
+        chosen.push(first_ready);
+    }
+    (chosen, outdated.len())
+}
+
+/// Deletes worker pods whose template revision is not the StatefulSet's update revision; the
+/// StatefulSet controller recreates them from the current template (same name, same volume).
+pub async fn replace_outdated_pods(
+    ctx: &Context,
+    job: &ValidatedJob,
+    stateful_set: &StatefulSet,
+) -> Result<RollState, ReconcileError> {
+    let status = stateful_set.status.clone().unwrap_or_default();
+    let caught_up = status.observed_generation.is_some()
+        && status.observed_generation == stateful_set.metadata.generation;
+    let Some(update_revision) = status.update_revision.filter(|_| caught_up) else {
+        return Ok(RollState {
+            outdated: 0,
+            waiting_for_controller: true,
+        });
+    };
+    let pods = job_pods(ctx, job).await?;
+    let (chosen, outdated) = pods_to_replace(&pods, &update_revision);
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &job.namespace);
+    let mut deleted = Vec::new();
+    for pod in chosen {
+        let name = pod.name_any();
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => deleted.push(name),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(source) => {
+                return Err(ApiError {
+                    action: "delete",
+                    kind: "Pod".into(),
+                    namespace: job.namespace.clone(),
+                    name,
+                    source,
+                }
+                .into());
+            }
+        }
+    }
+    if !deleted.is_empty() {
+        tracing::info!(job = %job.name, pods = ?deleted, %update_revision, "replacing outdated worker pods");
+        if let Some(job_object) = job_reference(ctx, job).await {
+            publish(
+                ctx,
+                &job_object,
+                false,
+                reasons::PODS_RESTARTED,
+                format!(
+                    "replacing {} for template revision {update_revision}",
+                    deleted.join(", ")
+                ),
+            )
+            .await;
+        }
+    }
+    Ok(RollState {
+        outdated,
+        waiting_for_controller: false,
+    })
+}
+
+/// `deletionPolicy: Delete`: the changelog and dead-letter topics and every S3 object under
+/// `<prefix>/<namespace>/<job>/`.
+pub async fn delete_external_state(
+    ctx: &Context,
+    job_object: &StatefulStreamJob,
+    job: &ValidatedJob,
+) -> Result<(), ReconcileError> {
+    let kafka = ctx.kafka.for_bootstrap(&job.kafka.bootstrap_servers)?;
+    kafka
+        .delete(&[&job.kafka.changelog_topic, &job.kafka.dead_letter_topic])
+        .await?;
+    let keys = s3_access_keys(ctx, job).await?;
+    let reader = CheckpointReader::new(&job.checkpoint, keys, &job.namespace, &job.name).await;
+    let objects = reader.delete_all().await?;
+    let note = format!(
+        "deletionPolicy Delete: deleted topics {} and {} and {objects} S3 objects under {}",
+        job.kafka.changelog_topic,
+        job.kafka.dead_letter_topic,
+        reader.job_prefix()
+    );
+    tracing::info!(job = %job.name, "{note}");
+    publish(ctx, job_object, false, reasons::CLEANED_UP, note).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, revision: &str, ready: bool, terminating: bool) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": name,
+                "labels": {REVISION_LABEL: revision},
+                "deletionTimestamp": if terminating { Some("2026-01-01T00:00:00Z") } else { None },
+            },
+            "status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}
+        }))
+        .unwrap()
+    }
+
+    fn names(chosen: &[&Pod]) -> Vec<String> {
+        chosen.iter().map(|p| p.name_any()).collect()
+    }
+
+    #[test]
+    fn not_ready_outdated_pods_go_at_once() {
+        let pods = [
+            pod("j-0", "old", false, false),
+            pod("j-1", "old", false, false),
+            pod("j-2", "new", false, false),
+        ];
+        let (chosen, outdated) = pods_to_replace(&pods, "new");
+        assert_eq!(names(&chosen), ["j-0", "j-1"]);
+        assert_eq!(outdated, 2);
+    }
+
+    #[test]
+    fn ready_outdated_pods_go_one_at_a_time() {
+        let pods = [
+            pod("j-0", "old", true, false),
+            pod("j-1", "old", true, false),
+            pod("j-2", "new", true, false),
+        ];
+        let (chosen, outdated) = pods_to_replace(&pods, "new");
+        assert_eq!(names(&chosen), ["j-0"]);
+        assert_eq!(outdated, 2);
+
+        let replacing = [
+            pod("j-0", "old", true, true),
+            pod("j-1", "old", true, false),
+            pod("j-2", "new", true, false),
+        ];
+        let (chosen, outdated) = pods_to_replace(&replacing, "new");
+        assert!(chosen.is_empty());
+        assert_eq!(outdated, 1);
+
+        let up_to_date = [pod("j-0", "new", true, false)];
+        assert_eq!(pods_to_replace(&up_to_date, "new"), (vec![], 0));
+    }
+}

@@ -1,0 +1,46 @@
+//! Step 4 of the pipeline: merge what the reconcile observed into the job's status, write it
+//! only when it changed, and publish an Event for each watched condition that changed.
+
+use crate::api::StatefulStreamJob;
+use crate::controller::apply::ApiError;
+use crate::controller::operations::publish;
+use crate::controller::reconcile::Context;
+use crate::controller::status::{Observation, next_status, transition_events};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+
+/// Writes the merged status of `job` (nothing when it is unchanged) and the Events of its
+/// condition transitions.
+pub async fn update_status(
+    ctx: &Context,
+    job: &StatefulStreamJob,
+    observation: Observation,
+) -> Result<(), ApiError> {
+    let existing = job.status.clone().unwrap_or_default();
+    let next = next_status(&existing, observation, &Time(Timestamp::now()));
+    if next == existing {
+        return Ok(());
+    }
+    let namespace = job.namespace().unwrap_or_default();
+    let name = job.name_any();
+    let api: Api<StatefulStreamJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    api.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "status": next })),
+    )
+    .await
+    .map_err(|source| ApiError {
+        action: "update the status of",
+        kind: "StatefulStreamJob".into(),
+        namespace: namespace.clone(),
+        name: name.clone(),
+        source,
+    })?;
+    for event in transition_events(&existing.conditions, &next.conditions) {
+        publish(ctx, job, event.warning, &event.reason, event.note).await;
+    }
+    Ok(())
+}

@@ -1,0 +1,289 @@
+//! The Kafka side of a job through the admin API: facts about the input topic (partitions,
+//! retention, log-start offsets) and the changelog and dead-letter topics the operator creates.
+//!
+//! Reads and creates only; whether a topic is acceptable is decided by the pure rules in
+//! [`crate::retention`]. librdkafka's metadata and watermark calls block, so they run on the
+//! blocking pool with a timeout and never stall the reconcile runtime.
+
+use crate::controller::DesiredTopic;
+use crate::controller::conditions::reasons;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError as RdKafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How long one admin request may take before the broker counts as unreachable.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Topic configs the operator reads: retention of the input, compaction of the changelog.
+const READ_CONFIGS: [&str; 4] = [
+    "cleanup.policy",
+    "retention.ms",
+    "retention.bytes",
+    "delete.retention.ms",
+];
+
+/// A failed admin request. `category()` is the condition reason and the metric label.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaAdminError {
+    #[error("could not create a Kafka admin client for {bootstrap}: {source}")]
+    Client {
+        bootstrap: String,
+        #[source]
+        source: Box<RdKafkaError>,
+    },
+    #[error("Kafka at {bootstrap} did not answer {operation} for topic {topic}: {source}")]
+    Unavailable {
+        bootstrap: String,
+        operation: &'static str,
+        topic: String,
+        #[source]
+        source: Box<RdKafkaError>,
+    },
+    #[error("the input topic {topic} does not exist on {bootstrap}")]
+    InputTopicMissing { bootstrap: String, topic: String },
+    #[error("Kafka at {bootstrap} refused to {operation} topic {topic}: {code}")]
+    Refused {
+        bootstrap: String,
+        operation: &'static str,
+        topic: String,
+        code: RDKafkaErrorCode,
+    },
+    #[error("a blocking Kafka call for topic {topic} did not finish: {source}")]
+    Blocking {
+        topic: String,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+}
+
+impl KafkaAdminError {
+    pub fn category(&self) -> &'static str {
+        match self {
+            KafkaAdminError::InputTopicMissing { .. } => reasons::INPUT_TOPIC_MISSING,
+            KafkaAdminError::Refused { .. } => reasons::KAFKA_REFUSED,
+            KafkaAdminError::Client { .. }
+            | KafkaAdminError::Unavailable { .. }
+            | KafkaAdminError::Blocking { .. } => reasons::KAFKA_UNAVAILABLE,
+        }
+    }
+}
+
+/// What the broker says about an existing topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicFacts {
+    pub partitions: i32,
+    /// The configs in [`READ_CONFIGS`] with their effective values (broker defaults resolved).
+    pub config: BTreeMap<String, String>,
+}
+
+/// Admin clients by bootstrap list: jobs on one cluster share one client (and its connections).
+#[derive(Default)]
+pub struct KafkaAdmins {
+    clients: Mutex<HashMap<String, KafkaAdmin>>,
+}
+
+impl KafkaAdmins {
+    pub fn for_bootstrap(&self, bootstrap: &str) -> Result<KafkaAdmin, KafkaAdminError> {
+        let mut clients = self
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(admin) = clients.get(bootstrap) {
+            return Ok(admin.clone());
+        }
+        let admin = KafkaAdmin::connect(bootstrap)?;
+        clients.insert(bootstrap.to_string(), admin.clone());
+        Ok(admin)
+    }
+}
+
+/// One Kafka cluster's admin API.
+#[derive(Clone)]
+pub struct KafkaAdmin {
+    bootstrap: String,
+    client: Arc<AdminClient<DefaultClientContext>>,
+}
+
+impl KafkaAdmin {
+    pub fn connect(bootstrap: &str) -> Result<Self, KafkaAdminError> {
+        let client = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("client.id", "streamkeeper-operator")
+            .create()
+            .map_err(|source| KafkaAdminError::Client {
+                bootstrap: bootstrap.to_string(),
+                source: Box::new(source),
+            })?;
+        Ok(Self {
+            bootstrap: bootstrap.to_string(),
+            client: Arc::new(client),
+        })
+    }
+
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    fn options() -> AdminOptions {
+        AdminOptions::new()
+            .request_timeout(Some(REQUEST_TIMEOUT))
+            .operation_timeout(Some(REQUEST_TIMEOUT))
+    }
+
+    fn unavailable(
+        &self,
+        operation: &'static str,
+        topic: &str,
+        source: RdKafkaError,
+    ) -> KafkaAdminError {
+        KafkaAdminError::Unavailable {
+            bootstrap: self.bootstrap.clone(),
+            operation,
+            topic: topic.to_string(),
+            source: Box::new(source),
+        }
+    }
+
+    /// Partitions and configs of `topic`, or `None` when it does not exist.
+    pub async fn topic(&self, topic: &str) -> Result<Option<TopicFacts>, KafkaAdminError> {
+        let Some(partitions) = self.partition_count(topic).await? else {
+            return Ok(None);
+        };
+        let results = self
+            .client
+            .describe_configs([&ResourceSpecifier::Topic(topic)], &Self::options())
+            .await
+            .map_err(|source| self.unavailable("DescribeConfigs", topic, source))?;
+        let mut config = BTreeMap::new();
+        for result in results {
+            let resource = result.map_err(|code| KafkaAdminError::Refused {
+                bootstrap: self.bootstrap.clone(),
+                operation: "describe the configs of",
+                topic: topic.to_string(),
+                code,
+            })?;
+            for entry in resource.entries {
+                if READ_CONFIGS.contains(&entry.name.as_str())
+                    && let Some(value) = entry.value
+                {
+                    config.insert(entry.name, value);
+                }
+            }
+        }
+        Ok(Some(TopicFacts { partitions, config }))
+    }
+
+    async fn partition_count(&self, topic: &str) -> Result<Option<i32>, KafkaAdminError> {
+        let client = Arc::clone(&self.client);
+        let name = topic.to_string();
+        let metadata = tokio::task::spawn_blocking(move || {
+            client.inner().fetch_metadata(Some(&name), REQUEST_TIMEOUT)
+        })
+        .await
+        .map_err(|source| KafkaAdminError::Blocking {
+            topic: topic.to_string(),
+            source,
+        })?
+        .map_err(|source| self.unavailable("Metadata", topic, source))?;
+        let Some(found) = metadata.topics().iter().find(|t| t.name() == topic) else {
+            return Ok(None);
+        };
+        match found.error() {
+            None => Ok(Some(
+                i32::try_from(found.partitions().len()).unwrap_or(i32::MAX),
+            )),
+            Some(error) => match RDKafkaErrorCode::from(error) {
+                RDKafkaErrorCode::UnknownTopicOrPartition => Ok(None),
+                code => Err(KafkaAdminError::Refused {
+                    bootstrap: self.bootstrap.clone(),
+                    operation: "read the metadata of",
+                    topic: topic.to_string(),
+                    code,
+                }),
+            },
+        }
+    }
+
+    /// Creates `topic` with its partitions, replication and configs. An existing topic is left
+    /// alone (the caller checks it against the rules first).
+    pub async fn create(&self, topic: &DesiredTopic) -> Result<(), KafkaAdminError> {
+        let replication = TopicReplication::Fixed(topic.replication_factor.unwrap_or(-1));
+        let mut new_topic = NewTopic::new(&topic.name, topic.partitions, replication);
+        for (key, value) in &topic.config {
+            new_topic = new_topic.set(key, value);
+        }
+        let results = self
+            .client
+            .create_topics([&new_topic], &Self::options())
+            .await
+            .map_err(|source| self.unavailable("CreateTopics", &topic.name, source))?;
+        for result in results {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((name, code)) => {
+                    return Err(KafkaAdminError::Refused {
+                        bootstrap: self.bootstrap.clone(),
+                        operation: "create",
+                        topic: name,
+                        code,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes `topics`; one that is already gone counts as deleted.
+    pub async fn delete(&self, topics: &[&str]) -> Result<(), KafkaAdminError> {
+        let results = self
+            .client
+            .delete_topics(topics, &Self::options())
+            .await
+            .map_err(|source| self.unavailable("DeleteTopics", &topics.join(","), source))?;
+        for result in results {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+                Err((name, code)) => {
+                    return Err(KafkaAdminError::Refused {
+                        bootstrap: self.bootstrap.clone(),
+                        operation: "delete",
+                        topic: name,
+                        code,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The log-start offset (low watermark) of partitions `0..partitions` of `topic`.
+    pub async fn log_start_offsets(
+        &self,
+        topic: &str,
+        partitions: i32,
+    ) -> Result<Vec<i64>, KafkaAdminError> {
+        let client = Arc::clone(&self.client);
+        let name = topic.to_string();
+        tokio::task::spawn_blocking(move || {
+            (0..partitions)
+                .map(|partition| {
+                    client
+                        .inner()
+                        .fetch_watermarks(&name, partition, REQUEST_TIMEOUT)
+                        .map(|(low, _high)| low)
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .map_err(|source| KafkaAdminError::Blocking {
+            topic: topic.to_string(),
+            source,
+        })?
+        .map_err(|source| self.unavailable("ListOffsets", topic, source))
+    }
+}

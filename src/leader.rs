@@ -1,0 +1,254 @@
+//! Leader election with a `coordination.k8s.io/v1` Lease, as client-go's leaderelection does it:
+//! the holder renews `renewTime` every few seconds; a candidate takes the Lease over only after
+//! the record has not changed for a whole `leaseDurationSeconds` **as measured by its own
+//! clock** (so clock skew between replicas cannot make two leaders), and every write is a
+//! compare-and-swap on `resourceVersion` (so two candidates cannot both win).
+//!
+//! The holder stops reconciling as soon as it fails to renew within the renew deadline, which is
+//! shorter than the lease duration: it has stopped before anyone else may start.
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, ObjectMeta, PostParams};
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::time::Instant;
+
+#[derive(Debug, Clone)]
+pub struct LeaseSettings {
+    pub namespace: String,
+    pub name: String,
+    /// This process, e.g. the pod name; must differ between replicas.
+    pub identity: String,
+    /// How long a record that stopped changing is still honoured by the others.
+    pub lease_duration: Duration,
+    /// The holder gives up leadership when it could not renew for this long (< lease_duration).
+    pub renew_deadline: Duration,
+    /// Time between attempts (acquire or renew).
+    pub retry_period: Duration,
+}
+
+impl LeaseSettings {
+    /// client-go's defaults: 15 s lease, 10 s renew deadline, 2 s retry.
+    pub fn new(namespace: String, name: String, identity: String) -> Self {
+        Self {
+            namespace,
+            name,
+            identity,
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("Lease {namespace}/{name}: {source}")]
+pub struct LeaseError {
+    namespace: String,
+    name: String,
+    #[source]
+    source: kube::Error,
+}
+
+/// The last record seen and when this process saw it change.
+struct Observed {
+    record: (Option<String>, Option<Timestamp>, Option<i32>),
+    since: Instant,
+}
+
+pub struct LeaderElector {
+    api: Api<Lease>,
+    settings: LeaseSettings,
+    observed: Mutex<Option<Observed>>,
+}
+
+fn is_conflict(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 409)
+}
+
+impl LeaderElector {
+    pub fn new(client: Client, settings: LeaseSettings) -> Self {
+        Self {
+            api: Api::namespaced(client, &settings.namespace),
+            settings,
+            observed: Mutex::new(None),
+        }
+    }
+
+    pub fn settings(&self) -> &LeaseSettings {
+        &self.settings
+    }
+
+    fn error(&self, source: kube::Error) -> LeaseError {
+        LeaseError {
+            namespace: self.settings.namespace.clone(),
+            name: self.settings.name.clone(),
+            source,
+        }
+    }
+
+    fn lease_seconds(&self) -> i32 {
+        i32::try_from(self.settings.lease_duration.as_secs()).unwrap_or(i32::MAX)
+    }
+
+    /// One attempt to acquire or renew. `Ok(true)`: this process holds the Lease now.
+    pub async fn try_acquire_or_renew(&self) -> Result<bool, LeaseError> {
+        let now = Timestamp::now();
+        let Some(mut lease) = self
+            .api
+            .get_opt(&self.settings.name)
+            .await
+            .map_err(|e| self.error(e))?
+        else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.settings.name.clone()),
+                    namespace: Some(self.settings.namespace.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(self.settings.identity.clone()),
+                    lease_duration_seconds: Some(self.lease_seconds()),
+                    acquire_time: Some(MicroTime(now)),
+                    renew_time: Some(MicroTime(now)),
+                    lease_transitions: Some(0),
+                    ..LeaseSpec::default()
+                }),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(true),
+                Err(error) if is_conflict(&error) => Ok(false),
+                Err(error) => Err(self.error(error)),
+            };
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
+        let ours = holder.as_deref() == Some(self.settings.identity.as_str());
+        if !ours && holder.is_some() && !self.expired(&spec) {
+            return Ok(false);
+        }
+        let mut next = spec;
+        if !ours {
+            next.acquire_time = Some(MicroTime(now));
+            next.lease_transitions = Some(next.lease_transitions.unwrap_or(0).saturating_add(1));
+            next.holder_identity = Some(self.settings.identity.clone());
+        }
+        next.renew_time = Some(MicroTime(now));
+        next.lease_duration_seconds = Some(self.lease_seconds());
+        lease.spec = Some(next);
+        // `replace` sends the resourceVersion read above: a concurrent writer makes this a 409.
+        match self
+            .api
+            .replace(&self.settings.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(error) if is_conflict(&error) => Ok(false),
+            Err(error) => Err(self.error(error)),
+        }
+    }
+
+    /// Whether another holder's record has stayed unchanged for a whole lease duration (of the
+    /// holder's own declared duration, when longer) by this process's clock.
+    fn expired(&self, spec: &LeaseSpec) -> bool {
+        let record = (
+            spec.holder_identity.clone(),
+            spec.renew_time.as_ref().map(|t| t.0),
+            spec.lease_transitions,
+        );
+        let declared = spec
+            .lease_duration_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map(Duration::from_secs)
+            .unwrap_or(self.settings.lease_duration);
+        let duration = declared.max(self.settings.lease_duration);
+        let mut observed = self
+            .observed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match observed.as_ref() {
+            Some(seen) if seen.record == record => seen.since.elapsed() >= duration,
+            _ => {
+                *observed = Some(Observed {
+                    record,
+                    since: Instant::now(),
+                });
+                false
+            }
+        }
+    }
+
+    /// Gives the Lease up (holder cleared, so a waiting replica takes over at its next attempt
+    /// instead of after the lease duration). Only clears it if this process still holds it.
+    pub async fn release(&self) -> Result<(), LeaseError> {
+        let Some(mut lease) = self
+            .api
+            .get_opt(&self.settings.name)
+            .await
+            .map_err(|e| self.error(e))?
+        else {
+            return Ok(());
+        };
+        let mut spec = lease.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.settings.identity.as_str()) {
+            return Ok(());
+        }
+        spec.holder_identity = None;
+        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        lease.spec = Some(spec);
+        match self
+            .api
+            .replace(&self.settings.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(error) if is_conflict(&error) => Ok(()),
+            Err(error) => Err(self.error(error)),
+        }
+    }
+
+    /// Waits until this process holds the Lease (`true`) or `stop` fires first (`false`).
+    pub async fn acquire(&self, stop: &mut tokio::sync::watch::Receiver<bool>) -> bool {
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(true) => return true,
+                Ok(false) => {}
+                Err(error) => tracing::warn!(%error, "leader election attempt failed"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.settings.retry_period) => {}
+                _ = stop.wait_for(|stop| *stop) => return false,
+            }
+        }
+    }
+
+    /// Renews every retry period while leading; returns when a renewal has not succeeded for the
+    /// renew deadline (leadership lost) or `stop` fires.
+    pub async fn keep_renewing(&self, stop: &mut tokio::sync::watch::Receiver<bool>) -> RenewEnd {
+        let mut last_renewal = Instant::now();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(self.settings.retry_period) => {}
+                _ = stop.wait_for(|stop| *stop) => return RenewEnd::Stopped,
+            }
+            match self.try_acquire_or_renew().await {
+                Ok(true) => last_renewal = Instant::now(),
+                Ok(false) => return RenewEnd::Lost,
+                Err(error) => tracing::warn!(%error, "renewing the leader Lease failed"),
+            }
+            if last_renewal.elapsed() >= self.settings.renew_deadline {
+                return RenewEnd::Lost;
+            }
+        }
+    }
+}
+
+/// Why [`LeaderElector::keep_renewing`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewEnd {
+    Stopped,
+    Lost,
+}

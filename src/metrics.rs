@@ -1,0 +1,149 @@
+//! The operator's Prometheus metrics, registered in one [`Registry`] held by the context (no
+//! globals), and served on `/metrics` by [`crate::http`].
+//!
+//! Labels stay low-cardinality: an outcome or an error category (the same words as condition
+//! reasons), never a job name.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::time::Instant;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `success` or `error`.
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CategoryLabels {
+    pub category: &'static str,
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    reconciles: Family<OutcomeLabels, Counter>,
+    errors: Family<CategoryLabels, Counter>,
+    duration: Histogram,
+    leader: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("streamkeeper_operator");
+        let reconciles = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "reconciles",
+            "Reconciles of StatefulStreamJobs, by outcome",
+            reconciles.clone(),
+        );
+        let errors = Family::<CategoryLabels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Failed reconciles, by error category",
+            errors.clone(),
+        );
+        // 1 ms .. ~33 s.
+        let duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time of one reconcile, from start to the status write",
+            duration.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this process holds the leader Lease",
+            leader.clone(),
+        );
+        Self {
+            registry,
+            reconciles,
+            errors,
+            duration,
+            leader,
+        }
+    }
+
+    /// Starts timing one reconcile; finish it with [`ReconcileTimer::done`].
+    pub fn reconcile_started(&self) -> ReconcileTimer<'_> {
+        ReconcileTimer {
+            metrics: self,
+            start: Instant::now(),
+        }
+    }
+
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+/// Times one reconcile and counts its outcome.
+pub struct ReconcileTimer<'a> {
+    metrics: &'a Metrics,
+    start: Instant,
+}
+
+impl ReconcileTimer<'_> {
+    /// `error_category` is `None` on success.
+    pub fn done(self, error_category: Option<&'static str>) {
+        self.metrics
+            .duration
+            .observe(self.start.elapsed().as_secs_f64());
+        let outcome = if error_category.is_some() {
+            "error"
+        } else {
+            "success"
+        };
+        self.metrics
+            .reconciles
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
+        if let Some(category) = error_category {
+            self.metrics
+                .errors
+                .get_or_create(&CategoryLabels { category })
+                .inc();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_outcomes_categories_and_durations() {
+        let metrics = Metrics::new();
+        metrics.reconcile_started().done(None);
+        metrics.reconcile_started().done(Some("KafkaUnavailable"));
+        metrics.set_leader(true);
+        let text = metrics.encode();
+        for line in [
+            "streamkeeper_operator_reconciles_total{outcome=\"success\"} 1",
+            "streamkeeper_operator_reconciles_total{outcome=\"error\"} 1",
+            "streamkeeper_operator_reconcile_errors_total{category=\"KafkaUnavailable\"} 1",
+            "streamkeeper_operator_reconcile_duration_seconds_count 2",
+            "streamkeeper_operator_leader 1",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
+}

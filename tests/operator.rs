@@ -1,0 +1,758 @@
+//! The operator's reconcile against the real kube-apiserver (with the StatefulSet controller),
+//! the real Kafka broker and the real S3 server. Each test has its own namespace, topics and S3
+//! prefix. Reconciles run in-process through the same `reconcile` the binary's Controller runs;
+//! `operator_process.rs` runs the binary itself.
+//!
+//! There is no kubelet: pods the StatefulSet controller creates never run, so these tests check
+//! objects, topics, S3 and status, not running workers.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod operator_support;
+
+use aws_sdk_s3::primitives::ByteStream;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, Resource, ResourceExt};
+use operator_support::{support, *};
+use rdkafka::TopicPartitionList;
+use rdkafka::admin::AdminOptions;
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use std::time::Duration;
+use streamkeeper::api::{JobPhase, StatefulStreamJob};
+use streamkeeper::controller::{Facts, build, conditions, validate};
+use streamkeeper_contract::{CheckpointManifest, TaskPrefix, Versioned};
+
+fn condition<'a>(
+    job: &'a StatefulStreamJob,
+    type_: &str,
+) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    let status = job.status.as_ref().expect("status written");
+    conditions::find(&status.conditions, type_)
+        .unwrap_or_else(|| panic!("condition {type_} missing: {:#?}", status.conditions))
+}
+
+async fn resource_versions(client: &Client, namespace: &str, job: &str) -> Vec<(String, String)> {
+    async fn one<K>(client: &Client, namespace: &str, name: &str) -> (String, String)
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::namespaced(client.clone(), namespace);
+        let object = api
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("{} {name}: {e}", K::kind(&())));
+        (
+            format!("{}/{name}", K::kind(&())),
+            object.meta().resource_version.clone().unwrap(),
+        )
+    }
+    vec![
+        one::<StatefulStreamJob>(client, namespace, job).await,
+        one::<ConfigMap>(client, namespace, &format!("{job}-worker-config")).await,
+        one::<StatefulSet>(client, namespace, job).await,
+        one::<Service>(client, namespace, job).await,
+        one::<PodDisruptionBudget>(client, namespace, job).await,
+        one::<ServiceAccount>(client, namespace, &format!("{job}-worker")).await,
+        one::<Role>(client, namespace, &format!("{job}-worker")).await,
+        one::<RoleBinding>(client, namespace, &format!("{job}-worker")).await,
+    ]
+}
+
+struct Setup {
+    client: Client,
+    namespace: String,
+    jobs: Api<StatefulStreamJob>,
+    input: String,
+    prefix: String,
+}
+
+async fn setup(prefix: &str, input_config: &[(&str, &str)]) -> Setup {
+    let client = client().await;
+    let namespace = namespace(&client, prefix).await;
+    let input = support::unique_name(&format!("{prefix}-in"));
+    create_topic(&input, 3, input_config).await;
+    let jobs = Api::namespaced(client.clone(), &namespace);
+    Setup {
+        client,
+        prefix: support::unique_name(prefix),
+        namespace,
+        jobs,
+        input,
+    }
+}
+
+async fn patch_spec(jobs: &Api<StatefulStreamJob>, name: &str, spec: serde_json::Value) {
+    jobs.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "spec": spec })),
+    )
+    .await
+    .expect("spec patched");
+}
+
+#[tokio::test]
+async fn apply_creates_every_object_updates_them_and_a_no_op_writes_nothing() {
+    let s = setup("op-apply", &[("retention.ms", "604800000")]).await;
+    let ctx = context(&s.client);
+    let name = "counts";
+    s.jobs
+        .create(&PostParams::default(), &job(name, &s.input, &s.prefix))
+        .await
+        .unwrap();
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+
+    // Every object exists with the fields the pure builders produce.
+    let stored = s.jobs.get(name).await.unwrap();
+    let desired = build(
+        &validate(&stored).unwrap(),
+        &Facts {
+            input_partitions: 3,
+        },
+    );
+    let config_maps: Api<ConfigMap> = Api::namespaced(s.client.clone(), &s.namespace);
+    let config_map = config_maps
+        .get(&format!("{name}-worker-config"))
+        .await
+        .unwrap();
+    assert_eq!(config_map.data, desired.config_map.data);
+    assert_eq!(
+        config_map.owner_references(),
+        desired.config_map.owner_references()
+    );
+    let sets: Api<StatefulSet> = Api::namespaced(s.client.clone(), &s.namespace);
+    let set = sets.get(name).await.unwrap();
+    let spec = set.spec.clone().unwrap();
+    let want = desired.stateful_set.spec.clone().unwrap();
+    assert_eq!(spec.replicas, Some(2));
+    assert_eq!(spec.update_strategy, want.update_strategy);
+    assert_eq!(spec.selector, want.selector);
+    assert_eq!(spec.service_name, want.service_name);
+    assert_eq!(
+        spec.template.metadata.clone().unwrap().annotations,
+        want.template.metadata.clone().unwrap().annotations
+    );
+    let container = &spec.template.spec.clone().unwrap().containers[0];
+    let want_container = &want.template.spec.clone().unwrap().containers[0];
+    assert_eq!(container.image, want_container.image);
+    assert_eq!(container.args, want_container.args);
+    assert_eq!(container.security_context, want_container.security_context);
+    // The apiserver defaults `fieldRef.apiVersion`; names and values must be the builders'.
+    let env_names = |c: &k8s_openapi::api::core::v1::Container| {
+        c.env
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| (e.name, e.value))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(env_names(container), env_names(want_container));
+    let services: Api<Service> = Api::namespaced(s.client.clone(), &s.namespace);
+    let service = services.get(name).await.unwrap();
+    assert_eq!(service.spec.unwrap().cluster_ip.as_deref(), Some("None"));
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(s.client.clone(), &s.namespace);
+    assert_eq!(
+        pdbs.get(name).await.unwrap().spec.unwrap().max_unavailable,
+        desired
+            .pod_disruption_budget
+            .spec
+            .clone()
+            .unwrap()
+            .max_unavailable
+    );
+    let roles: Api<Role> = Api::namespaced(s.client.clone(), &s.namespace);
+    assert_eq!(
+        roles.get(&format!("{name}-worker")).await.unwrap().rules,
+        desired.role.rules
+    );
+    let bindings: Api<RoleBinding> = Api::namespaced(s.client.clone(), &s.namespace);
+    assert_eq!(
+        bindings
+            .get(&format!("{name}-worker"))
+            .await
+            .unwrap()
+            .subjects,
+        desired.role_binding.subjects
+    );
+    let accounts: Api<ServiceAccount> = Api::namespaced(s.client.clone(), &s.namespace);
+    accounts.get(&format!("{name}-worker")).await.unwrap();
+
+    // The changelog exists, compacted, one partition per input partition; the DLQ too.
+    let changelog = format!("{}.{name}.changelog", s.namespace);
+    let (partitions, config) = describe_topic(&changelog).await.expect("changelog created");
+    assert_eq!(partitions, 3);
+    assert_eq!(
+        config.get("cleanup.policy").map(String::as_str),
+        Some("compact")
+    );
+    assert_eq!(
+        config.get("delete.retention.ms").map(String::as_str),
+        Some("86400000")
+    );
+    let (dlq_partitions, _) = describe_topic(&format!("{}.{name}.dlq", s.namespace))
+        .await
+        .expect("dead-letter topic created");
+    assert_eq!(dlq_partitions, 3);
+
+    // Status: conditions with reasons, retention figures, observedGeneration.
+    let job = s.jobs.get(name).await.unwrap();
+    let status = job.status.clone().unwrap();
+    assert_eq!(status.observed_generation, job.metadata.generation);
+    assert_eq!(
+        status.phase,
+        Some(JobPhase::Pending),
+        "no kubelet: pods never get ready"
+    );
+    assert_eq!(condition(&job, "ChangelogReady").status, "True");
+    assert_eq!(condition(&job, "Invalid").status, "False");
+    let retention_safe = condition(&job, "RetentionSafe");
+    assert_eq!(retention_safe.status, "True");
+    assert!(
+        retention_safe.message.contains("168h"),
+        "{}",
+        retention_safe.message
+    );
+    assert_eq!(condition(&job, "CheckpointStale").reason, "NoCheckpointYet");
+    let retention = status.retention.unwrap();
+    assert_eq!(retention.input_retention_ms, Some(604_800_000));
+    assert_eq!(retention.max_safe_checkpoint_age_seconds, Some(302_400));
+    assert_eq!(status.tasks.len(), 3);
+
+    // A second reconcile with nothing changed writes nothing: every resourceVersion stays.
+    let before = resource_versions(&s.client, &s.namespace, name).await;
+    // The StatefulSet controller writes the StatefulSet's status on its own; let it settle.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    let settled = resource_versions(&s.client, &s.namespace, name).await;
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    let after = resource_versions(&s.client, &s.namespace, name).await;
+    assert_eq!(
+        after, settled,
+        "a no-op reconcile changed something (first pass: {before:?})"
+    );
+    let job_after = s.jobs.get(name).await.unwrap();
+    assert_eq!(
+        condition(&job_after, "ChangelogReady").last_transition_time,
+        condition(&job, "ChangelogReady").last_transition_time
+    );
+
+    // Replicas and image changes reach the StatefulSet.
+    patch_spec(
+        &s.jobs,
+        name,
+        serde_json::json!({"replicas": 3, "image": "streamkeeper/worker:test-2"}),
+    )
+    .await;
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    let set = sets.get(name).await.unwrap();
+    let spec = set.spec.unwrap();
+    assert_eq!(spec.replicas, Some(3));
+    assert_eq!(
+        spec.template.spec.unwrap().containers[0].image.as_deref(),
+        Some("streamkeeper/worker:test-2")
+    );
+    let job = s.jobs.get(name).await.unwrap();
+    assert_eq!(
+        job.status.unwrap().observed_generation,
+        job.metadata.generation
+    );
+
+    delete_namespace(&s.client, &s.namespace).await;
+}
+
+#[tokio::test]
+async fn a_changelog_without_compaction_is_refused_and_nothing_starts() {
+    let s = setup("op-nocompact", &[]).await;
+    let ctx = context(&s.client);
+    let name = "counts";
+    let changelog = format!("{}.{name}.changelog", s.namespace);
+    create_topic(&changelog, 3, &[("cleanup.policy", "delete")]).await;
+    s.jobs
+        .create(&PostParams::default(), &job(name, &s.input, &s.prefix))
+        .await
+        .unwrap();
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    let job = s.jobs.get(name).await.unwrap();
+    let invalid = condition(&job, "Invalid");
+    assert_eq!(invalid.status, "True");
+    assert_eq!(invalid.reason, "NotCompacted");
+    assert!(
+        invalid.message.contains("spec.kafka.changelogTopic"),
+        "{}",
+        invalid.message
+    );
+    assert!(invalid.message.contains("compact"), "{}", invalid.message);
+    assert_eq!(condition(&job, "ChangelogReady").status, "False");
+    assert_eq!(job.status.as_ref().unwrap().phase, Some(JobPhase::Failed));
+    let sets: Api<StatefulSet> = Api::namespaced(s.client.clone(), &s.namespace);
+    assert!(
+        sets.get_opt(name).await.unwrap().is_none(),
+        "no StatefulSet may exist"
+    );
+    let config_maps: Api<ConfigMap> = Api::namespaced(s.client.clone(), &s.namespace);
+    assert!(
+        config_maps
+            .get_opt(&format!("{name}-worker-config"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // A wrong partition count is refused the same way.
+    let other = "other";
+    create_topic(
+        &format!("{}.{other}.changelog", s.namespace),
+        2,
+        &[("cleanup.policy", "compact")],
+    )
+    .await;
+    s.jobs
+        .create(
+            &PostParams::default(),
+            &operator_support::job(other, &s.input, &s.prefix),
+        )
+        .await
+        .unwrap();
+    reconcile_once(&ctx, &s.jobs, other).await.unwrap();
+    let job = s.jobs.get(other).await.unwrap();
+    assert_eq!(condition(&job, "Invalid").reason, "PartitionMismatch");
+    assert!(sets.get_opt(other).await.unwrap().is_none());
+
+    delete_namespace(&s.client, &s.namespace).await;
+}
+
+#[tokio::test]
+async fn an_interval_that_does_not_fit_the_retention_is_refused_with_the_numbers() {
+    // 1 minute of input retention allows a checkpoint interval of at most 15 s; the job asks 30 s.
+    let s = setup("op-retention", &[("retention.ms", "60000")]).await;
+    let ctx = context(&s.client);
+    let name = "counts";
+    s.jobs
+        .create(&PostParams::default(), &job(name, &s.input, &s.prefix))
+        .await
+        .unwrap();
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    let job = s.jobs.get(name).await.unwrap();
+    let safe = condition(&job, "RetentionSafe");
+    assert_eq!(safe.status, "False");
+    assert_eq!(safe.reason, "IntervalExceedsRetention");
+    for part in [
+        "checkpoint.interval 30s",
+        "retention 1m",
+        "/ 4 = 15s",
+        "retention / 2",
+    ] {
+        assert!(
+            safe.message.contains(part),
+            "{part} missing in: {}",
+            safe.message
+        );
+    }
+    let invalid = condition(&job, "Invalid");
+    assert_eq!(invalid.status, "True");
+    assert!(
+        invalid.message.starts_with("spec.checkpoint.interval: "),
+        "{}",
+        invalid.message
+    );
+    let sets: Api<StatefulSet> = Api::namespaced(s.client.clone(), &s.namespace);
+    assert!(
+        sets.get_opt(name).await.unwrap().is_none(),
+        "nothing may start"
+    );
+    assert_eq!(job.status.as_ref().unwrap().phase, Some(JobPhase::Failed));
+
+    // A spec that becomes valid recovers by itself.
+    patch_spec(
+        &s.jobs,
+        name,
+        serde_json::json!({"checkpoint": {"interval": "10s"}}),
+    )
+    .await;
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    let job = s.jobs.get(name).await.unwrap();
+    assert_eq!(condition(&job, "RetentionSafe").status, "True");
+    assert_eq!(condition(&job, "Invalid").status, "False");
+    assert!(sets.get_opt(name).await.unwrap().is_some());
+
+    delete_namespace(&s.client, &s.namespace).await;
+}
+
+async fn pods(client: &Client, namespace: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+#[tokio::test]
+async fn suspend_resume_restart_nonce_and_restore() {
+    let s = setup("op-ops", &[]).await;
+    let ctx = context(&s.client);
+    let name = "counts";
+    s.jobs
+        .create(&PostParams::default(), &job(name, &s.input, &s.prefix))
+        .await
+        .unwrap();
+    let client = s.client.clone();
+    let namespace = s.namespace.clone();
+    reconcile_until(&ctx, &s.jobs, name, "two worker pods", async || {
+        pods(&client, &namespace).await.len() == 2
+    })
+    .await;
+    let sets: Api<StatefulSet> = Api::namespaced(s.client.clone(), &s.namespace);
+
+    // restartNonce: every pod is replaced (OnDelete: the operator deletes outdated pods).
+    let original: Vec<String> = pods(&s.client, &s.namespace)
+        .await
+        .iter()
+        .map(|p| p.uid().unwrap())
+        .collect();
+    patch_spec(&s.jobs, name, serde_json::json!({"restartNonce": "first"})).await;
+    reconcile_until(
+        &ctx,
+        &s.jobs,
+        name,
+        "pods replaced after restartNonce",
+        async || {
+            let now = pods(&client, &namespace).await;
+            now.len() == 2
+                && now.iter().all(|p| {
+                    !original.contains(&p.uid().unwrap())
+                        && p.annotations()
+                            .get("streamkeeper.dev/restart-nonce")
+                            .map(String::as_str)
+                            == Some("first")
+                })
+        },
+    )
+    .await;
+
+    // restore: the request reaches the pod template, pods are replaced, the id is recorded.
+    patch_spec(
+        &s.jobs,
+        name,
+        serde_json::json!({"restore": {"id": "incident-1", "checkpoint": "latest"}}),
+    )
+    .await;
+    let jobs = s.jobs.clone();
+    reconcile_until(&ctx, &s.jobs, name, "restore handled", async || {
+        let job = jobs.get(name).await.unwrap();
+        job.status.and_then(|s| s.last_restore_id).as_deref() == Some("incident-1")
+    })
+    .await;
+    for pod in pods(&s.client, &s.namespace).await {
+        let request = pod
+            .annotations()
+            .get("streamkeeper.dev/restore")
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            request.contains("\"id\":\"incident-1\""),
+            "{}: {request}",
+            pod.name_any()
+        );
+    }
+    let job = s.jobs.get(name).await.unwrap();
+    assert_eq!(condition(&job, "Restoring").reason, "RestoreDone");
+
+    // suspend: scaled to zero; no worker answers here, so the condition says so.
+    patch_spec(&s.jobs, name, serde_json::json!({"suspend": true})).await;
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    let set = sets.get(name).await.unwrap();
+    assert_eq!(set.spec.unwrap().replicas, Some(0));
+    let job = s.jobs.get(name).await.unwrap();
+    assert_eq!(
+        job.status.as_ref().unwrap().phase,
+        Some(JobPhase::Suspended)
+    );
+    let suspended = condition(&job, "Suspended");
+    assert_eq!(suspended.status, "True");
+    assert_eq!(suspended.reason, "FinalCheckpointIncomplete");
+    assert!(
+        suspended.message.contains(&format!("{name}-0")),
+        "{}",
+        suspended.message
+    );
+
+    // resume: the replicas come back, the volumes were kept.
+    patch_spec(&s.jobs, name, serde_json::json!({"suspend": false})).await;
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    assert_eq!(
+        sets.get(name).await.unwrap().spec.unwrap().replicas,
+        Some(2)
+    );
+    let job = s.jobs.get(name).await.unwrap();
+    assert_eq!(condition(&job, "Suspended").status, "False");
+    assert_ne!(job.status.unwrap().phase, Some(JobPhase::Suspended));
+
+    delete_namespace(&s.client, &s.namespace).await;
+}
+
+async fn put_manifest(
+    prefix: &str,
+    namespace: &str,
+    job: &str,
+    task: u32,
+    created_at_ms: u64,
+    input_offset: i64,
+) -> String {
+    let manifest = CheckpointManifest {
+        version: 1,
+        task,
+        sequence: 1,
+        owner: format!("{job}-0"),
+        assignment_generation: 1,
+        created_at_ms,
+        input_offset,
+        changelog_offset: 0,
+        newest_record_ms: created_at_ms,
+        processor_kind: "count".into(),
+        state_format_version: 1,
+        files: vec![],
+    };
+    let key = TaskPrefix::new(prefix, namespace, job, task).manifest_key(1);
+    s3_client()
+        .put_object()
+        .bucket(support::s3_settings().bucket)
+        .key(&key)
+        .body(ByteStream::from(manifest.to_json()))
+        .send()
+        .await
+        .expect("manifest written");
+    key
+}
+
+fn now_ms() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn checkpoint_age_and_recovery_gap_come_from_s3_and_the_log_start() {
+    // Retention 4 h: max safe checkpoint age 2 h.
+    let s = setup("op-ckpt", &[("retention.ms", "14400000")]).await;
+    let ctx = context(&s.client);
+    let name = "counts";
+    // Task 0: fresh, and its input is still there. Task 1: 3 h old. Task 2: resumes at offset 2
+    // but the partition's log now starts at 5.
+    let now = now_ms();
+    put_manifest(&s.prefix, &s.namespace, name, 0, now - 60_000, 0).await;
+    put_manifest(&s.prefix, &s.namespace, name, 1, now - 3 * 3_600_000, 0).await;
+    put_manifest(&s.prefix, &s.namespace, name, 2, now - 60_000, 2).await;
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", support::kafka_bootstrap())
+        .create()
+        .unwrap();
+    for i in 0..10 {
+        producer
+            .send(
+                FutureRecord::<str, str>::to(&s.input)
+                    .partition(2)
+                    .key("k")
+                    .payload(&format!("{i}")),
+                TIMEOUT,
+            )
+            .await
+            .expect("produced");
+    }
+    let mut before = TopicPartitionList::new();
+    before
+        .add_partition_offset(&s.input, 2, rdkafka::Offset::Offset(5))
+        .unwrap();
+    admin()
+        .delete_records(
+            &before,
+            &AdminOptions::new().operation_timeout(Some(TIMEOUT)),
+        )
+        .await
+        .expect("records deleted");
+
+    s.jobs
+        .create(&PostParams::default(), &job(name, &s.input, &s.prefix))
+        .await
+        .unwrap();
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    let job = s.jobs.get(name).await.unwrap();
+    let stale = condition(&job, "CheckpointStale");
+    assert_eq!(stale.status, "True");
+    assert_eq!(stale.reason, "CheckpointTooOld");
+    assert!(stale.message.contains("task 1"), "{}", stale.message);
+    assert!(!stale.message.contains("task 0"), "{}", stale.message);
+    let gap = condition(&job, "RecoveryGap");
+    assert_eq!(gap.status, "True");
+    assert_eq!(gap.reason, "InputTruncated");
+    assert!(
+        gap.message.contains("task 2") && gap.message.contains("starts at 5"),
+        "{}",
+        gap.message
+    );
+    let status = job.status.unwrap();
+    assert_eq!(status.tasks.len(), 3);
+    let task2 = status.tasks[2].last_checkpoint.clone().unwrap();
+    assert_eq!(task2.input_offset, 2);
+    // Status times have whole seconds.
+    assert_eq!(
+        status.newest_checkpoint_time.unwrap().0.as_second(),
+        i64::try_from((now - 3 * 3_600_000) / 1000).unwrap()
+    );
+
+    delete_namespace(&s.client, &s.namespace).await;
+}
+
+async fn s3_keys(prefix: &str) -> Vec<String> {
+    s3_client()
+        .list_objects_v2()
+        .bucket(support::s3_settings().bucket)
+        .prefix(prefix)
+        .send()
+        .await
+        .unwrap()
+        .contents()
+        .iter()
+        .filter_map(|o| o.key().map(str::to_string))
+        .collect()
+}
+
+async fn delete_and_reconcile(
+    ctx: &std::sync::Arc<streamkeeper::controller::reconcile::Context>,
+    jobs: &Api<StatefulStreamJob>,
+    name: &str,
+) {
+    jobs.delete(name, &DeleteParams::default()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while let Some(job) = jobs.get_opt(name).await.unwrap() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job not gone after clean-up"
+        );
+        streamkeeper::controller::reconcile::reconcile(std::sync::Arc::new(job), ctx.clone())
+            .await
+            .expect("clean-up succeeds");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn deletion_retains_or_deletes_changelog_and_checkpoints() {
+    let s = setup("op-delete", &[]).await;
+    let ctx = context(&s.client);
+
+    // Retain (the default): the changelog and the checkpoints stay.
+    let kept = "kept";
+    s.jobs
+        .create(&PostParams::default(), &job(kept, &s.input, &s.prefix))
+        .await
+        .unwrap();
+    reconcile_once(&ctx, &s.jobs, kept).await.unwrap();
+    let kept_job = s.jobs.get(kept).await.unwrap();
+    assert!(
+        kept_job
+            .finalizers()
+            .contains(&"streamkeeper.dev/cleanup".to_string())
+    );
+    put_manifest(&s.prefix, &s.namespace, kept, 0, now_ms(), 0).await;
+    delete_and_reconcile(&ctx, &s.jobs, kept).await;
+    assert!(
+        describe_topic(&format!("{}.{kept}.changelog", s.namespace))
+            .await
+            .is_some()
+    );
+    assert_eq!(
+        s3_keys(&format!("{}/{}/{kept}/", s.prefix, s.namespace))
+            .await
+            .len(),
+        1
+    );
+
+    // Delete: topics and every object under the job's prefix go; another job's objects stay.
+    let gone = "gone";
+    let mut spec = job(gone, &s.input, &s.prefix);
+    spec.spec.deletion_policy = streamkeeper::api::DeletionPolicy::Delete;
+    s.jobs.create(&PostParams::default(), &spec).await.unwrap();
+    reconcile_once(&ctx, &s.jobs, gone).await.unwrap();
+    for task in 0..3 {
+        put_manifest(&s.prefix, &s.namespace, gone, task, now_ms(), 0).await;
+    }
+    assert_eq!(
+        s3_keys(&format!("{}/{}/{gone}/", s.prefix, s.namespace))
+            .await
+            .len(),
+        3
+    );
+    delete_and_reconcile(&ctx, &s.jobs, gone).await;
+    assert!(
+        describe_topic(&format!("{}.{gone}.changelog", s.namespace))
+            .await
+            .is_none()
+    );
+    assert!(
+        describe_topic(&format!("{}.{gone}.dlq", s.namespace))
+            .await
+            .is_none()
+    );
+    assert!(
+        s3_keys(&format!("{}/{}/{gone}/", s.prefix, s.namespace))
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        s3_keys(&format!("{}/{}/{kept}/", s.prefix, s.namespace))
+            .await
+            .len(),
+        1
+    );
+
+    delete_namespace(&s.client, &s.namespace).await;
+}
+
+#[tokio::test]
+async fn an_unreachable_broker_is_a_condition_and_an_error_not_a_crash() {
+    let s = setup("op-nokafka", &[]).await;
+    let ctx = context(&s.client);
+    let name = "counts";
+    let mut spec = job(name, &s.input, &s.prefix);
+    spec.spec.kafka.bootstrap_servers = "127.0.0.1:1".into();
+    s.jobs.create(&PostParams::default(), &spec).await.unwrap();
+    let error = reconcile_once(&ctx, &s.jobs, name)
+        .await
+        .expect_err("Kafka is unreachable");
+    assert_eq!(error.category(), "KafkaUnavailable");
+    assert!(ctx.backoff("any") >= Duration::from_secs(2));
+    let job = s.jobs.get(name).await.unwrap();
+    let changelog = condition(&job, "ChangelogReady");
+    assert_eq!(changelog.status, "Unknown");
+    assert_eq!(changelog.reason, "KafkaUnavailable");
+    assert!(
+        changelog.message.contains("127.0.0.1:1"),
+        "{}",
+        changelog.message
+    );
+
+    // Pointing it at the real broker recovers without anything else.
+    patch_spec(
+        &s.jobs,
+        name,
+        serde_json::json!({"kafka": {"bootstrapServers": support::kafka_bootstrap()}}),
+    )
+    .await;
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    let job = s.jobs.get(name).await.unwrap();
+    assert_eq!(condition(&job, "ChangelogReady").status, "True");
+
+    delete_namespace(&s.client, &s.namespace).await;
+}

@@ -1,0 +1,238 @@
+//! The operator binary itself against the real apiserver, Kafka and S3: two processes elect one
+//! leader through a Lease, the leader reconciles through its Controller and serves metrics,
+//! killing it hands leadership to the other, and SIGTERM releases the Lease.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod operator_support;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use operator_support::{support, *};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use streamkeeper::api::StatefulStreamJob;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+struct Operator {
+    identity: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Operator {
+    fn start(namespace: &str, identity: &str, dir: &Path) -> Self {
+        let log = dir.join(format!("{identity}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_streamkeeper-operator"))
+            .args([
+                "run",
+                "--namespace",
+                namespace,
+                "--identity",
+                identity,
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                "--lease-duration-seconds",
+                "6",
+                "--renew-deadline-seconds",
+                "4",
+                "--retry-period-seconds",
+                "1",
+            ])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::from(file.try_clone().unwrap()))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("the operator binary starts");
+        Self {
+            identity: identity.to_string(),
+            child,
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn leads(&self) -> bool {
+        self.log().contains("leading: reconciling")
+    }
+
+    /// The metrics address the process logged.
+    fn metrics_address(&self) -> Option<String> {
+        self.log()
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .find(|line| line["message"] == "serving /metrics and /healthz")
+            .and_then(|line| line["address"].as_str().map(str::to_string))
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get_opt("streamkeeper-operator")
+        .await
+        .unwrap()
+        .and_then(|lease| lease.spec)
+        .and_then(|spec| spec.holder_identity)
+}
+
+async fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn http_get(address: &str, path: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    answer
+}
+
+#[tokio::test]
+async fn two_operators_elect_one_leader_and_the_other_takes_over() {
+    let client = client().await;
+    let namespace = namespace(&client, "op-leader").await;
+    let input = support::unique_name("op-leader-in");
+    create_topic(&input, 2, &[]).await;
+    let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), &namespace);
+    let name = "counts";
+    jobs.create(
+        &PostParams::default(),
+        &job(name, &input, &support::unique_name("op-leader")),
+    )
+    .await
+    .unwrap();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &namespace);
+    let dir = tempfile::tempdir().unwrap();
+    let mut operators = vec![
+        Operator::start(&namespace, "operator-a", dir.path()),
+        Operator::start(&namespace, "operator-b", dir.path()),
+    ];
+
+    // Exactly one leads, and stays the leader while it renews.
+    let first = wait_for("a leader", TIMEOUT, async || holder(&leases).await).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(holder(&leases).await.as_deref(), Some(first.as_str()));
+    let leading: Vec<&str> = operators
+        .iter()
+        .filter(|o| o.leads())
+        .map(|o| o.identity.as_str())
+        .collect();
+    assert_eq!(leading, [first.as_str()], "exactly one process leads");
+
+    // The leader reconciles through its Controller: status and objects appear.
+    wait_for("the leader's first status", TIMEOUT, async || {
+        let job = jobs.get(name).await.unwrap();
+        job.status
+            .and_then(|s| s.observed_generation)
+            .filter(|g| Some(*g) == job.metadata.generation)
+    })
+    .await;
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &namespace);
+    sets.get(name)
+        .await
+        .expect("the leader applied the StatefulSet");
+
+    // It serves its metrics, counting the reconciles it ran.
+    let leader_index = operators.iter().position(|o| o.identity == first).unwrap();
+    let address = operators[leader_index]
+        .metrics_address()
+        .expect("metrics address logged");
+    let metrics = http_get(&address, "/metrics").await;
+    assert!(
+        metrics.contains("streamkeeper_operator_leader 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("streamkeeper_operator_reconciles_total{outcome=\"success\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("streamkeeper_operator_reconcile_duration_seconds_bucket"),
+        "{metrics}"
+    );
+
+    // kill -9 the leader: the other takes over once the Lease has gone stale.
+    let killed = operators.remove(leader_index);
+    drop(killed);
+    let second = wait_for("a new leader", Duration::from_secs(30), async || {
+        holder(&leases).await.filter(|h| *h != first)
+    })
+    .await;
+    assert_eq!(second, operators[0].identity);
+    wait_for(
+        "the new leader's log",
+        Duration::from_secs(10),
+        async || operators[0].leads().then_some(()),
+    )
+    .await;
+
+    // The new leader reconciles changes.
+    jobs.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"replicas": 3}})),
+    )
+    .await
+    .unwrap();
+    wait_for(
+        "replicas 3 applied by the new leader",
+        TIMEOUT,
+        async || {
+            let set = sets.get(name).await.unwrap();
+            (set.spec.and_then(|s| s.replicas) == Some(3)).then_some(())
+        },
+    )
+    .await;
+
+    // SIGTERM: reconciles finish, the Lease is released, the process exits cleanly.
+    let pid = operators[0].child.id().to_string();
+    let signalled = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(signalled.success());
+    let status = wait_for("the process to exit", TIMEOUT, async || {
+        operators[0].child.try_wait().unwrap()
+    })
+    .await;
+    assert!(
+        status.success(),
+        "exit after SIGTERM: {status:?}\n{}",
+        operators[0].log()
+    );
+    assert_eq!(holder(&leases).await, None, "the Lease was released");
+    assert!(operators[0].log().contains("released the leader Lease"));
+
+    delete_namespace(&client, &namespace).await;
+}

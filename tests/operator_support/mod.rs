@@ -1,0 +1,274 @@
+//! Support for the operator's integration tests: a namespace per test with the CRD installed and
+//! an S3 credentials Secret, a unique input topic on the real broker, a job spec pointing at the
+//! real Kafka and S3, and a way to run one reconcile in-process.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../support/mod.rs"]
+pub mod support;
+
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Client, CustomResourceExt};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use streamkeeper::api::StatefulStreamJob;
+use streamkeeper::controller::reconcile::{Context, ReconcileError, Settings, reconcile};
+use streamkeeper::metrics::Metrics;
+
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+pub const S3_SECRET: &str = "s3-credentials";
+
+pub async fn client() -> Client {
+    support::kubeconfig();
+    Client::try_default()
+        .await
+        .expect("a client from KUBECONFIG")
+}
+
+pub async fn install_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = StatefulStreamJob::crd();
+    let name = crd.metadata.name.clone().unwrap();
+    crds.patch(
+        &name,
+        &PatchParams::apply("streamkeeper-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("the apiserver accepts the generated CRD");
+    tokio::time::timeout(
+        TIMEOUT,
+        await_condition(crds, &name, conditions::is_crd_established()),
+    )
+    .await
+    .expect("the CRD is established")
+    .expect("watching the CRD works");
+}
+
+/// A fresh namespace with the CRD installed and the S3 credentials Secret.
+pub async fn namespace(client: &Client, prefix: &str) -> String {
+    install_crd(client).await;
+    let name = support::unique_name(prefix);
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await
+        .expect("namespace created");
+    let s3 = support::s3_settings();
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": S3_SECRET},
+        "stringData": {"AWS_ACCESS_KEY_ID": s3.access_key, "AWS_SECRET_ACCESS_KEY": s3.secret_key}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), &name)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("secret created");
+    name
+}
+
+pub async fn delete_namespace(client: &Client, name: &str) {
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+}
+
+pub fn admin() -> AdminClient<DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", support::kafka_bootstrap())
+        .create()
+        .expect("admin client")
+}
+
+/// Creates `name` with `partitions` and `config`, retrying while the broker is busy.
+pub async fn create_topic(name: &str, partitions: i32, config: &[(&str, &str)]) {
+    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    for (key, value) in config {
+        topic = topic.set(key, value);
+    }
+    let admin = admin();
+    for attempt in 0.. {
+        let result = admin
+            .create_topics(
+                [&topic],
+                &AdminOptions::new().operation_timeout(Some(TIMEOUT)),
+            )
+            .await;
+        match result {
+            Ok(results) => {
+                for result in results {
+                    result.unwrap_or_else(|(topic, code)| panic!("creating {topic}: {code}"));
+                }
+                return;
+            }
+            Err(error) if attempt < 5 => {
+                eprintln!("create_topics failed ({error}), retrying");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Err(error) => panic!("create_topics: {error}"),
+        }
+    }
+}
+
+/// Partition count and configs of `topic`, or `None` when it does not exist.
+pub async fn describe_topic(topic: &str) -> Option<(usize, BTreeMap<String, String>)> {
+    let admin = admin();
+    let name = topic.to_string();
+    let metadata = tokio::task::spawn_blocking(move || {
+        let admin = admin;
+        let metadata = admin
+            .inner()
+            .fetch_metadata(Some(&name), TIMEOUT)
+            .expect("metadata");
+        (admin, metadata)
+    })
+    .await
+    .unwrap();
+    let (admin, metadata) = metadata;
+    let found = metadata.topics().iter().find(|t| t.name() == topic)?;
+    if found.error().is_some() {
+        return None;
+    }
+    let partitions = found.partitions().len();
+    let configs = admin
+        .describe_configs(
+            [&ResourceSpecifier::Topic(topic)],
+            &AdminOptions::new().request_timeout(Some(TIMEOUT)),
+        )
+        .await
+        .expect("describe_configs");
+    let mut config = BTreeMap::new();
+    for resource in configs {
+        for entry in resource.expect("topic config").entries {
+            if let Some(value) = entry.value {
+                config.insert(entry.name, value);
+            }
+        }
+    }
+    Some((partitions, config))
+}
+
+pub fn s3_client() -> aws_sdk_s3::Client {
+    let settings = support::s3_settings();
+    let config = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(&settings.endpoint)
+        .region(Region::new(settings.region.clone()))
+        .force_path_style(true)
+        .credentials_provider(Credentials::new(
+            &settings.access_key,
+            &settings.secret_key,
+            None,
+            None,
+            "streamkeeper-tests",
+        ))
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
+}
+
+/// A job named `name` reading `input_topic`, with checkpoints under `prefix` in the test bucket.
+pub fn job(name: &str, input_topic: &str, prefix: &str) -> StatefulStreamJob {
+    let s3 = support::s3_settings();
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "streamkeeper.dev/v1alpha1",
+        "kind": "StatefulStreamJob",
+        "metadata": {"name": name},
+        "spec": {
+            "image": "streamkeeper/worker:test",
+            "replicas": 2,
+            "kafka": {
+                "bootstrapServers": support::kafka_bootstrap(),
+                "inputTopic": input_topic,
+                "outputTopic": format!("{input_topic}-out"),
+            },
+            "processor": {"type": "count", "keyField": "card"},
+            "checkpoint": {
+                "interval": "30s",
+                "s3": {
+                    "bucket": s3.bucket,
+                    "prefix": prefix,
+                    "endpoint": s3.endpoint,
+                    "region": s3.region,
+                    "pathStyle": true,
+                    "credentialsSecret": {"name": S3_SECRET},
+                },
+            },
+        }
+    }))
+    .unwrap()
+}
+
+/// A context like the binary's, for reconciling in-process.
+pub fn context(client: &Client) -> Arc<Context> {
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "streamkeeper-operator".into(),
+            instance: Some("integration-test".into()),
+        },
+    );
+    Arc::new(Context::new(
+        client.clone(),
+        recorder,
+        Arc::new(Metrics::new()),
+        Settings {
+            final_checkpoint_timeout: Duration::from_secs(3),
+        },
+    ))
+}
+
+/// Reads the job fresh and runs one reconcile (twice when the first only adds the finalizer).
+pub async fn reconcile_once(
+    ctx: &Arc<Context>,
+    jobs: &Api<StatefulStreamJob>,
+    name: &str,
+) -> Result<Action, ReconcileError> {
+    let job = jobs.get(name).await.expect("job readable");
+    let had_finalizer = !job
+        .metadata
+        .finalizers
+        .clone()
+        .unwrap_or_default()
+        .is_empty();
+    let result = reconcile(Arc::new(job), Arc::clone(ctx)).await;
+    if had_finalizer || result.is_err() {
+        return result;
+    }
+    let job = jobs.get(name).await.expect("job readable");
+    reconcile(Arc::new(job), Arc::clone(ctx)).await
+}
+
+/// Reconciles until `done` holds for the job, for at most `TIMEOUT`.
+pub async fn reconcile_until(
+    ctx: &Arc<Context>,
+    jobs: &Api<StatefulStreamJob>,
+    name: &str,
+    what: &str,
+    mut done: impl AsyncFnMut() -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        reconcile_once(ctx, jobs, name)
+            .await
+            .unwrap_or_else(|e| panic!("reconcile failed while waiting for {what}: {e}"));
+        if done().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
