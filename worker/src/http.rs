@@ -1,27 +1,44 @@
 //! The worker's HTTP port: `/healthz` (the process serves), `/readyz` (every assigned active
-//! task is Running), `/metrics` (Prometheus text) and `/v1/tasks` (each task's report).
+//! task is Running), `/metrics` (Prometheus text), `/v1/tasks` (each task's report) and
+//! `POST /v1/checkpoints` (a checkpoint of every task now; answers once they are durable).
 
+use crate::checkpoint::CheckpointService;
 use crate::metrics::WorkerMetrics;
 use crate::status::TaskBoard;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long `POST /v1/checkpoints` waits for durable checkpoints.
+const CHECKPOINT_REQUEST_LIMIT: Duration = Duration::from_secs(120);
 
 #[derive(Clone)]
 struct HttpState {
     board: TaskBoard,
     metrics: WorkerMetrics,
+    checkpoints: Option<Arc<CheckpointService>>,
 }
 
-pub fn router(board: TaskBoard, metrics: WorkerMetrics) -> Router {
+pub fn router(
+    board: TaskBoard,
+    metrics: WorkerMetrics,
+    checkpoints: Option<Arc<CheckpointService>>,
+) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics_text))
         .route("/v1/tasks", get(tasks))
-        .with_state(HttpState { board, metrics })
+        .route("/v1/checkpoints", post(checkpoint_now))
+        .with_state(HttpState {
+            board,
+            metrics,
+            checkpoints,
+        })
 }
 
 async fn ready(State(state): State<HttpState>) -> impl IntoResponse {
@@ -47,4 +64,34 @@ async fn metrics_text(State(state): State<HttpState>) -> impl IntoResponse {
 
 async fn tasks(State(state): State<HttpState>) -> impl IntoResponse {
     axum::Json(serde_json::json!({ "version": 1, "tasks": state.board.snapshot() }))
+}
+
+async fn checkpoint_now(State(state): State<HttpState>) -> impl IntoResponse {
+    let Some(service) = state.checkpoints else {
+        return (
+            StatusCode::NOT_FOUND,
+            axum::Json(serde_json::json!({
+                "version": 1,
+                "error": "checkpoints are off: the worker config has no checkpoint.s3",
+            })),
+        );
+    };
+    let answers = service.request_all(CHECKPOINT_REQUEST_LIMIT).await;
+    let all_durable = !answers.is_empty() && answers.iter().all(|(_, a)| a.is_ok());
+    let checkpoints: Vec<serde_json::Value> = answers
+        .into_iter()
+        .map(|(task, answer)| match answer {
+            Ok(report) => serde_json::json!({ "task": task, "checkpoint": report }),
+            Err(error) => serde_json::json!({ "task": task, "error": error }),
+        })
+        .collect();
+    let status = if all_durable {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        axum::Json(serde_json::json!({ "version": 1, "checkpoints": checkpoints })),
+    )
 }

@@ -3,9 +3,11 @@
 //! - `processor`: the pure processing logic (decoding, built-in processors, state encodings)
 //!   behind the [`processor::Processor`] trait; knows nothing of Kafka or RocksDB.
 //! - `store`: a task's local state (RocksDB) and its crash safety.
+//! - `checkpoint`: incremental checkpoints of a task's state to S3, and restores from them.
 //! - `task`: a task's restore and exactly-once loop; `standalone`: every partition in one process.
 //! - `http`, `metrics`, `status`: what the worker exposes.
 
+pub mod checkpoint;
 pub mod failpoint;
 pub mod http;
 pub mod kafka_client;

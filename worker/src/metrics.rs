@@ -45,6 +45,18 @@ pub struct WorkerMetrics {
     pub input_lag_records: Family<TaskLabel, Gauge>,
     pub phase_transitions: Family<PhaseLabel, Counter>,
     pub task_errors: Family<ReasonLabel, Counter>,
+    pub checkpoints: Family<TaskLabel, Counter>,
+    pub checkpoint_failures: Family<TaskLabel, Counter>,
+    pub checkpoint_fallbacks: Family<TaskLabel, Counter>,
+    pub checkpoint_uploaded_bytes: Family<TaskLabel, Counter>,
+    pub checkpoint_duration_seconds: Family<TaskLabel, Gauge<f64, AtomicU64>>,
+    pub checkpoint_snapshot_seconds: Family<TaskLabel, Gauge<f64, AtomicU64>>,
+    pub checkpoint_last_success_seconds: Family<TaskLabel, Gauge<f64, AtomicU64>>,
+    pub checkpoint_age_seconds: Family<TaskLabel, Gauge<f64, AtomicU64>>,
+    pub checkpoint_gc_deleted_objects: Family<TaskLabel, Counter>,
+    pub restore_download_bytes: Family<TaskLabel, Counter>,
+    pub restore_download_target_bytes: Family<TaskLabel, Gauge>,
+    pub restore_download_bytes_per_second: Family<TaskLabel, Gauge<f64, AtomicU64>>,
 }
 
 impl WorkerMetrics {
@@ -66,6 +78,18 @@ impl WorkerMetrics {
             input_lag_records: Family::default(),
             phase_transitions: Family::default(),
             task_errors: Family::default(),
+            checkpoints: Family::default(),
+            checkpoint_failures: Family::default(),
+            checkpoint_fallbacks: Family::default(),
+            checkpoint_uploaded_bytes: Family::default(),
+            checkpoint_duration_seconds: Family::default(),
+            checkpoint_snapshot_seconds: Family::default(),
+            checkpoint_last_success_seconds: Family::default(),
+            checkpoint_age_seconds: Family::default(),
+            checkpoint_gc_deleted_objects: Family::default(),
+            restore_download_bytes: Family::default(),
+            restore_download_target_bytes: Family::default(),
+            restore_download_bytes_per_second: Family::default(),
         };
         let r = &mut registry;
         r.register(
@@ -137,6 +161,66 @@ impl WorkerMetrics {
             "task_errors",
             "Task errors, by category",
             metrics.task_errors.clone(),
+        );
+        r.register(
+            "checkpoints",
+            "Durable checkpoints written to S3",
+            metrics.checkpoints.clone(),
+        );
+        r.register(
+            "checkpoint_failures",
+            "Checkpoint attempts that failed (S3 or local); retried with backoff",
+            metrics.checkpoint_failures.clone(),
+        );
+        r.register(
+            "checkpoint_fallbacks",
+            "Restores that skipped a missing or corrupt checkpoint for an older one",
+            metrics.checkpoint_fallbacks.clone(),
+        );
+        r.register(
+            "checkpoint_uploaded_bytes",
+            "Bytes uploaded to S3 by checkpoints (new objects only)",
+            metrics.checkpoint_uploaded_bytes.clone(),
+        );
+        r.register(
+            "checkpoint_duration_seconds",
+            "Duration of the newest durable checkpoint, snapshot to manifest",
+            metrics.checkpoint_duration_seconds.clone(),
+        );
+        r.register(
+            "checkpoint_snapshot_seconds",
+            "Time the processing loop spent on the newest local RocksDB checkpoint",
+            metrics.checkpoint_snapshot_seconds.clone(),
+        );
+        r.register(
+            "checkpoint_last_success_timestamp_seconds",
+            "Unix time of the newest durable checkpoint",
+            metrics.checkpoint_last_success_seconds.clone(),
+        );
+        r.register(
+            "checkpoint_age_seconds",
+            "Age of the newest durable checkpoint",
+            metrics.checkpoint_age_seconds.clone(),
+        );
+        r.register(
+            "checkpoint_gc_deleted_objects",
+            "Checkpoint objects and manifests deleted by retention",
+            metrics.checkpoint_gc_deleted_objects.clone(),
+        );
+        r.register(
+            "restore_download_bytes",
+            "Checkpoint bytes downloaded by restores",
+            metrics.restore_download_bytes.clone(),
+        );
+        r.register(
+            "restore_download_target_bytes",
+            "Bytes the running checkpoint download must fetch",
+            metrics.restore_download_target_bytes.clone(),
+        );
+        r.register(
+            "restore_download_rate_bytes_per_second",
+            "Download rate of the running checkpoint restore",
+            metrics.restore_download_bytes_per_second.clone(),
         );
         Self {
             registry: Arc::new(registry),

@@ -2,6 +2,7 @@
 //! the worker tests use it). Task threads do the Kafka and RocksDB work; the async runtime only
 //! serves HTTP and waits for signals.
 
+use crate::checkpoint::CheckpointService;
 use crate::http;
 use crate::kafka_client;
 use crate::metrics::WorkerMetrics;
@@ -24,6 +25,8 @@ pub enum StandaloneError {
     },
     #[error("kafka client setup: {0}")]
     Setup(#[from] kafka_client::KafkaSetupError),
+    #[error("checkpoint storage: {0}")]
+    Checkpoints(#[from] crate::checkpoint::CheckpointError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error("cannot create the Kafka client that discovers the input partitions: {0}")]
@@ -42,12 +45,18 @@ pub fn run(config: WorkerConfig) -> Result<(), StandaloneError> {
 }
 
 async fn run_async(config: WorkerConfig) -> Result<(), StandaloneError> {
+    let config = Arc::new(config);
+    let metrics = WorkerMetrics::new();
+    let board = TaskBoard::default();
+    let checkpoints =
+        CheckpointService::connect(Arc::clone(&config), metrics.clone(), board.clone()).await?;
     let context = WorkerContext {
         block_cache: BlockCache::new(config.state.rocksdb.block_cache_bytes),
-        config: Arc::new(config),
-        metrics: WorkerMetrics::new(),
-        board: TaskBoard::default(),
+        config,
+        metrics,
+        board,
         shutdown: Arc::new(AtomicBool::new(false)),
+        checkpoints,
     };
     let address = context.config.http.listen.clone();
     let listener = tokio::net::TcpListener::bind(&address)
@@ -56,8 +65,12 @@ async fn run_async(config: WorkerConfig) -> Result<(), StandaloneError> {
             address: address.clone(),
             source,
         })?;
-    tracing::info!(%address, "serving /healthz /readyz /metrics /v1/tasks");
-    let app = http::router(context.board.clone(), context.metrics.clone());
+    tracing::info!(%address, "serving /healthz /readyz /metrics /v1/tasks /v1/checkpoints");
+    let app = http::router(
+        context.board.clone(),
+        context.metrics.clone(),
+        context.checkpoints.clone(),
+    );
     tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, app).await {
             tracing::error!(%error, "HTTP server stopped");

@@ -48,6 +48,35 @@ pub struct RestoreProgress {
     pub bytes_done: u64,
     pub records_per_second: f64,
     pub eta_seconds: Option<f64>,
+    /// The checkpoint download, when the restore started from an S3 checkpoint.
+    pub download: Option<DownloadProgress>,
+}
+
+/// Progress of a checkpoint download (the Download restore phase).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DownloadProgress {
+    pub checkpoint_sequence: u64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    pub bytes_per_second: f64,
+    pub eta_seconds: Option<f64>,
+}
+
+/// The newest durable checkpoint of a task (also the answer of `POST /v1/checkpoints`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointReport {
+    pub sequence: u64,
+    pub created_at_ms: u64,
+    pub input_offset: i64,
+    pub changelog_offset: i64,
+    pub total_bytes: u64,
+    /// Bytes this checkpoint had to upload (objects not already in S3).
+    pub uploaded_bytes: u64,
+    pub files: usize,
+    pub uploaded_files: usize,
+    /// From the local RocksDB checkpoint to the durable manifest.
+    pub seconds: f64,
 }
 
 /// One task's report.
@@ -63,6 +92,7 @@ pub struct TaskReport {
     pub input_lag: Option<i64>,
     pub committed_transactions: u64,
     pub restore: Option<RestoreProgress>,
+    pub last_checkpoint: Option<CheckpointReport>,
 }
 
 impl TaskReport {
@@ -77,6 +107,7 @@ impl TaskReport {
             input_lag: None,
             committed_transactions: 0,
             restore: None,
+            last_checkpoint: None,
         }
     }
 }

@@ -130,6 +130,34 @@ impl RocksStore {
         db.flush().map_err(|e| self.engine("flush", e))
     }
 
+    /// Replaces the whole local state with the RocksDB checkpoint in `dir` (moved, not
+    /// copied: `dir` must be on the state volume) and reopens. Returns what the installed
+    /// state holds. A crash in between leaves no database (reported as `Empty` on open),
+    /// never a mix of old and new files.
+    pub fn install_checkpoint(&mut self, dir: &Path) -> Result<OpenOutcome, StoreError> {
+        self.db = None;
+        self.meta = None;
+        let io = |op, path: &Path| {
+            let task = self.task;
+            let path = path.to_path_buf();
+            move |source| StoreError::Io {
+                op,
+                task,
+                path,
+                source,
+            }
+        };
+        match fs::remove_dir_all(&self.paths.db) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(io("delete database directory", &self.paths.db)(e)),
+        }
+        fs::rename(dir, &self.paths.db).map_err(io("install checkpoint", dir))?;
+        let outcome = self.open_engine()?;
+        tracing::info!(task = self.task, outcome = ?outcome, "checkpoint installed as local state");
+        Ok(outcome)
+    }
+
     fn open_engine(&mut self) -> Result<OpenOutcome, StoreError> {
         let fresh = is_fresh(&self.paths.db).map_err(|source| StoreError::Io {
             op: "inspect database directory",

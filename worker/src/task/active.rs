@@ -6,6 +6,7 @@
 
 use super::restore::partition_of;
 use super::{TaskError, WorkerContext};
+use crate::checkpoint::TaskCheckpoints;
 use crate::failpoint;
 use crate::kafka_client;
 use crate::metrics::{ReasonLabel, TaskLabel};
@@ -110,7 +111,13 @@ impl<'a> ActiveLoop<'a> {
     }
 
     /// Processes until shutdown. On shutdown the open transaction is committed first.
-    pub fn run(&mut self, store: &mut RocksStore) -> Result<(), TaskError> {
+    /// Checkpoints (when configured) are taken between records; the loop pays only for the
+    /// local RocksDB checkpoint, the upload runs elsewhere.
+    pub fn run(
+        &mut self,
+        store: &mut RocksStore,
+        checkpoints: Option<&TaskCheckpoints>,
+    ) -> Result<(), TaskError> {
         let kafka = &self.context.config.kafka;
         let mut txn: Option<Transaction> = None;
         let mut last_lag_check: Option<Instant> = None;
@@ -128,6 +135,9 @@ impl<'a> ActiveLoop<'a> {
             }
             if shutting_down {
                 return Ok(());
+            }
+            if let Some(checkpoints) = checkpoints {
+                checkpoints.maybe_checkpoint(store);
             }
             if last_lag_check.is_none_or(|at| at.elapsed() >= Duration::from_secs(2)) {
                 self.report_lag(store);

@@ -23,6 +23,8 @@ pub enum TaskError {
     Setup(#[from] KafkaSetupError),
     #[error("changelog: {0}")]
     Changelog(String),
+    #[error("checkpoint restore: {0}")]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
     #[error("{0}")]
     Internal(String),
 }
@@ -54,12 +56,16 @@ impl TaskError {
             TaskError::Process(_) => "processor",
             TaskError::Setup(_) => "setup",
             TaskError::Changelog(_) => "changelog",
+            TaskError::Checkpoint(_) => "checkpoint",
             TaskError::Internal(_) => "internal",
         }
     }
 
     /// Store errors may leave the engine in a bad state: reopen it (and re-check it) on retry.
     pub fn requires_reopen(&self) -> bool {
-        matches!(self, TaskError::Store(_) | TaskError::Changelog(_))
+        matches!(
+            self,
+            TaskError::Store(_) | TaskError::Changelog(_) | TaskError::Checkpoint(_)
+        )
     }
 }

@@ -6,9 +6,11 @@
 mod active;
 mod error;
 mod restore;
+mod restore_checkpoint;
 
 pub use error::TaskError;
 
+use crate::checkpoint::CheckpointService;
 use crate::metrics::WorkerMetrics;
 use crate::status::{PhaseTracker, TaskBoard, TaskPhase, TaskReport, TaskRole};
 use crate::store::{BlockCache, OpenOutcome, RocksStore};
@@ -27,6 +29,8 @@ pub struct WorkerContext {
     /// One RocksDB block cache for every task of the worker, so its memory is bounded by
     /// `blockCacheBytes` however many tasks the worker hosts.
     pub block_cache: BlockCache,
+    /// Checkpoints to S3; `None` when the config has no S3 settings.
+    pub checkpoints: Option<Arc<CheckpointService>>,
 }
 
 impl WorkerContext {
@@ -59,6 +63,9 @@ pub fn run_active_task(context: WorkerContext, task: u32) {
         match run_once(&context, task, &mut store, &mut phase) {
             Ok(()) => break,
             Err(TaskError::Fenced(reason)) => {
+                if let Some(service) = &context.checkpoints {
+                    service.task(task).set_fenced();
+                }
                 phase.enter(TaskPhase::Fenced, Some(reason));
                 return;
             }
@@ -110,8 +117,12 @@ fn run_once(
         return Err(TaskError::Internal("store missing after open".into()));
     };
     let mut loop_ = active::ActiveLoop::connect(context, task)?;
+    let checkpoints = context
+        .checkpoints
+        .as_ref()
+        .map(|service| service.task(task));
     restore::restore_from_changelog(context, task, store, outcome, &loop_.restore_consumer()?)?;
     loop_.resume_input(store)?;
     phase.enter(TaskPhase::Running, None);
-    loop_.run(store)
+    loop_.run(store, checkpoints.as_ref())
 }

@@ -1,12 +1,14 @@
-//! Restore of a task's state from its changelog partition, in reported phases
-//! (Discovery → Replay → Done): valid local state replays only the delta after its stored
-//! changelog offset; empty, interrupted or corrupt state is wiped (if needed) and rebuilt from
-//! the whole changelog. Replay reads committed records only, in large batches, each written
+//! Restore of a task's state, in reported phases (Discovery → Download → Replay → Done):
+//! valid local state replays only the delta after its stored changelog offset; else the
+//! newest usable S3 checkpoint is downloaded (`restore_checkpoint`) and the changelog replayed
+//! from its offset; else the state is wiped (if needed) and rebuilt from the whole changelog. Replay reads committed records only, in large batches, each written
 //! with one unlogged WriteBatch; the state is marked valid only after a final flush.
 
 use super::{TaskError, WorkerContext};
+use crate::checkpoint::select::Choice;
 use crate::failpoint;
 use crate::metrics::TaskLabel;
+use crate::status::DownloadProgress;
 use crate::status::{RestorePhase, RestoreProgress};
 use crate::store::{ChangeSet, OpenOutcome, RocksStore, StateStore, TaskMetadata};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -32,7 +34,14 @@ pub fn restore_from_changelog(
     let (low, high) = consumer
         .fetch_watermarks(topic, partition, TIMEOUT)
         .map_err(|e| TaskError::kafka("reading changelog watermarks", e))?;
-    let (start, source) = match outcome {
+    let chosen = context
+        .checkpoints
+        .as_ref()
+        .is_some_and(|c| matches!(c.choice(), Choice::Sequence(_)));
+    let mut retention = RetentionLookup::new(context, topic);
+    let local = match &outcome {
+        // A chosen checkpoint (`spec.restore`) replaces local state whatever it holds.
+        _ if chosen => None,
         OpenOutcome::Valid(meta) | OpenOutcome::Interrupted(meta)
             if meta.next_changelog_offset >= low
                 && meta.next_changelog_offset <= high
@@ -43,16 +52,37 @@ pub fn restore_from_changelog(
                         true,
                         meta.newest_changelog_timestamp_ms,
                         now_ms(),
-                        changelog_delete_retention_ms(context, topic)?,
+                        retention.get()?,
                     )) =>
         {
-            (meta.next_changelog_offset, "local")
+            Some(meta.next_changelog_offset)
         }
-        OpenOutcome::Empty => (low, "empty"),
-        other => {
-            tracing::warn!(task, outcome = ?other, low, high, "local state unusable for a delta replay; rebuilding from the whole changelog");
-            store.wipe()?;
-            (low, "empty")
+        _ => None,
+    };
+    let (start, source) = match local {
+        Some(offset) => (offset, "local"),
+        None => {
+            if !matches!(outcome, OpenOutcome::Empty) {
+                tracing::warn!(task, outcome = ?outcome, low, high, chosen, "local state unusable for a delta replay");
+            }
+            let restored = super::restore_checkpoint::from_checkpoints(
+                context,
+                task,
+                store,
+                (low, high),
+                &mut progress,
+                &mut retention,
+            )?;
+            match restored {
+                Some(meta) => (meta.next_changelog_offset, "checkpoint"),
+                None => {
+                    if !matches!(outcome, OpenOutcome::Empty) || store.metadata().is_some() {
+                        tracing::warn!(task, low, high, "rebuilding from the whole changelog");
+                        store.wipe()?;
+                    }
+                    (low, "empty")
+                }
+            }
         }
     };
     let total = u64::try_from(high - start).unwrap_or(0);
@@ -140,7 +170,7 @@ pub(super) fn partition_of(task: u32) -> Result<i32, TaskError> {
 }
 
 /// Restore figures, published to the task board, the metrics and the logs.
-struct Progress<'a> {
+pub(super) struct Progress<'a> {
     context: &'a WorkerContext,
     task: u32,
     source: &'static str,
@@ -151,6 +181,9 @@ struct Progress<'a> {
     reported_bytes: u64,
     started: Instant,
     last_log: Instant,
+    download: Option<DownloadProgress>,
+    download_started: Instant,
+    reported_download_bytes: u64,
 }
 
 impl<'a> Progress<'a> {
@@ -166,11 +199,73 @@ impl<'a> Progress<'a> {
             reported_bytes: 0,
             started: Instant::now(),
             last_log: Instant::now(),
+            download: None,
+            download_started: Instant::now(),
+            reported_download_bytes: 0,
         }
     }
 
+    /// A checkpoint download starts (or restarts with an older checkpoint).
+    pub(super) fn start_download(&mut self, sequence: u64, bytes_total: u64) {
+        self.download = Some(DownloadProgress {
+            checkpoint_sequence: sequence,
+            bytes_done: 0,
+            bytes_total,
+            bytes_per_second: 0.0,
+            eta_seconds: None,
+        });
+        self.download_started = Instant::now();
+        self.reported_download_bytes = 0;
+        self.context
+            .metrics
+            .restore_download_target_bytes
+            .get_or_create(&TaskLabel { task: self.task })
+            .set(i64::try_from(bytes_total).unwrap_or(i64::MAX));
+    }
+
+    /// Bytes of the running download received so far; publishes them as the Download phase.
+    pub(super) fn download_progress(&mut self, bytes_done: u64) {
+        let seconds = self.download_started.elapsed().as_secs_f64().max(1e-9);
+        let label = TaskLabel { task: self.task };
+        let metrics = &self.context.metrics;
+        if let Some(download) = self.download.as_mut() {
+            download.bytes_done = bytes_done;
+            download.bytes_per_second = bytes_done as f64 / seconds;
+            let left = download.bytes_total.saturating_sub(bytes_done) as f64;
+            download.eta_seconds =
+                (download.bytes_per_second > 0.0).then(|| left / download.bytes_per_second);
+            metrics
+                .restore_download_bytes
+                .get_or_create(&label)
+                .inc_by(bytes_done.saturating_sub(self.reported_download_bytes));
+            self.reported_download_bytes = self.reported_download_bytes.max(bytes_done);
+            metrics
+                .restore_download_bytes_per_second
+                .get_or_create(&label)
+                .set(download.bytes_per_second);
+            metrics
+                .restore_eta_seconds
+                .get_or_create(&label)
+                .set(download.eta_seconds.unwrap_or(0.0));
+            if self.last_log.elapsed() >= Duration::from_secs(5) {
+                tracing::info!(
+                    task = self.task,
+                    phase = "Download",
+                    checkpoint = download.checkpoint_sequence,
+                    bytes_done,
+                    bytes_total = download.bytes_total,
+                    bytes_per_second = download.bytes_per_second,
+                    eta_seconds = download.eta_seconds.unwrap_or(0.0),
+                    "restore progress"
+                );
+                self.last_log = Instant::now();
+            }
+        }
+        self.report(RestorePhase::Download);
+    }
+
     /// Discovery is over: what the replay starts from and how many offsets it covers.
-    fn start_replay(&mut self, source: &'static str, total: u64) {
+    pub(super) fn start_replay(&mut self, source: &'static str, total: u64) {
         self.source = source;
         self.total = total;
         self.started = Instant::now();
@@ -181,7 +276,7 @@ impl<'a> Progress<'a> {
             .set(i64::try_from(total).unwrap_or(i64::MAX));
     }
 
-    fn report(&mut self, phase: RestorePhase) {
+    pub(super) fn report(&mut self, phase: RestorePhase) {
         let seconds = self.started.elapsed().as_secs_f64().max(1e-9);
         let rate = self.records_done as f64 / seconds;
         // The total counts offsets, which include transaction markers and compacted gaps, so
@@ -216,8 +311,11 @@ impl<'a> Progress<'a> {
             bytes_done: self.bytes_done,
             records_per_second: rate,
             eta_seconds: eta,
+            download: self.download.clone(),
         };
-        if self.last_log.elapsed() >= Duration::from_secs(5) || phase == RestorePhase::Done {
+        let log_due =
+            self.last_log.elapsed() >= Duration::from_secs(5) && phase != RestorePhase::Download;
+        if log_due || phase == RestorePhase::Done {
             tracing::info!(
                 task = self.task,
                 ?phase,
@@ -240,7 +338,7 @@ impl<'a> Progress<'a> {
 /// tombstones written after it may already be compacted away: a tombstone is kept at least
 /// `delete.retention.ms` after it is written, so state whose newest record is younger than
 /// that sees every later tombstone. With nothing after the local state there is nothing to miss.
-fn delta_is_exact(
+pub(super) fn delta_is_exact(
     records_after: bool,
     newest_record_ms: Option<i64>,
     now_ms: i64,
@@ -252,10 +350,37 @@ fn delta_is_exact(
     newest_record_ms.is_some_and(|newest| now_ms.saturating_sub(newest) < delete_retention_ms)
 }
 
-fn now_ms() -> i64 {
+pub(super) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The changelog's `delete.retention.ms`, asked of the broker at most once per restore and
+/// only when a delta replay needs the tombstone rule.
+pub(super) struct RetentionLookup<'a> {
+    context: &'a WorkerContext,
+    topic: &'a str,
+    value: Option<i64>,
+}
+
+impl<'a> RetentionLookup<'a> {
+    fn new(context: &'a WorkerContext, topic: &'a str) -> Self {
+        Self {
+            context,
+            topic,
+            value: None,
+        }
+    }
+
+    pub(super) fn get(&mut self) -> Result<i64, TaskError> {
+        if let Some(value) = self.value {
+            return Ok(value);
+        }
+        let value = changelog_delete_retention_ms(self.context, self.topic)?;
+        self.value = Some(value);
+        Ok(value)
+    }
 }
 
 /// The changelog topic's `delete.retention.ms`, read from the broker.

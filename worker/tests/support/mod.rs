@@ -18,7 +18,35 @@ use streamkeeper_contract::worker_config::*;
 use streamkeeper_contract::{Versioned, WorkerConfig};
 use streamkeeper_worker::store::{OpenOutcome, RocksStore, StateStore};
 
+pub mod checkpoints;
+
 pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The real S3 server started by `tests/services/s3.sh`.
+pub struct S3Settings {
+    pub endpoint: String,
+    pub bucket: String,
+    pub region: String,
+    pub access_key: String,
+    pub secret_key: String,
+}
+
+pub fn s3_settings() -> S3Settings {
+    let var = |name: &str| match std::env::var(name) {
+        Ok(value) if !value.is_empty() => value,
+        _ => panic!(
+            "{name} is not set: these tests need the real S3 server started by \
+             `tests/services/s3.sh start` (export `tests/services/s3.sh env`)"
+        ),
+    };
+    S3Settings {
+        endpoint: var("SK_S3_ENDPOINT"),
+        bucket: var("SK_S3_BUCKET"),
+        region: var("SK_S3_REGION"),
+        access_key: var("SK_S3_ACCESS_KEY"),
+        secret_key: var("SK_S3_SECRET_KEY"),
+    }
+}
 
 pub fn bootstrap() -> String {
     match std::env::var("SK_KAFKA_BOOTSTRAP") {
@@ -117,6 +145,8 @@ pub struct Job {
     pub partitions: i32,
     pub config: WorkerConfig,
     pub dir: tempfile::TempDir,
+    /// Extra environment for the worker process (e.g. a shorter checkpoint GC grace).
+    pub env: Vec<(String, String)>,
 }
 
 impl Job {
@@ -166,7 +196,30 @@ impl Job {
             partitions,
             config,
             dir,
+            env: Vec::new(),
         }
+    }
+
+    /// Turns checkpoints on, to the real S3 server (or `endpoint`, e.g. a proxy in front of
+    /// it), under a prefix unique to this job; credentials as a mounted Secret would hold them.
+    pub fn enable_checkpoints(&mut self, interval: Duration, retain: u32, endpoint: Option<&str>) {
+        let settings = s3_settings();
+        let credentials = self.dir.path().join("s3-credentials");
+        std::fs::create_dir_all(&credentials).unwrap();
+        std::fs::write(credentials.join("accessKeyId"), &settings.access_key).unwrap();
+        std::fs::write(credentials.join("secretAccessKey"), &settings.secret_key).unwrap();
+        self.config.checkpoint = CheckpointConfig {
+            interval,
+            retain,
+            s3: Some(S3Config {
+                bucket: settings.bucket,
+                prefix: unique("ckpt"),
+                endpoint: Some(endpoint.map_or(settings.endpoint, str::to_string)),
+                region: settings.region,
+                path_style: true,
+                credentials_dir: Some(credentials),
+            }),
+        };
     }
 
     pub fn config_path(&self) -> PathBuf {
@@ -184,6 +237,11 @@ impl Job {
         self.spawn_with(&self.config.state.dir, None, Some(listen))
     }
 
+    /// Starts the worker with a failpoint and its HTTP port on `listen`.
+    pub fn start_listening_with(&self, listen: &str, failpoint: Option<&str>) -> Worker {
+        self.spawn(&self.config.state.dir, failpoint, Some(listen))
+    }
+
     pub fn start_with_state(&self, state_dir: &Path, failpoint: Option<&str>) -> Worker {
         self.spawn_with(state_dir, failpoint, None)
     }
@@ -199,7 +257,7 @@ impl Job {
             .path()
             .join(format!("worker-{}.log", unique("run")));
         let log = std::fs::File::create(&log_path).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_streamkeeper-worker"));
+        let mut command = Command::new(worker_binary());
         command
             .args(["run", "--config"])
             .arg(self.config_path())
@@ -207,6 +265,7 @@ impl Job {
             .arg(state_dir)
             .env("RUST_LOG", "info,librdkafka=warn")
             .env_remove("STREAMKEEPER_FAILPOINT")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::null())
             .stderr(log);
         if let Some(point) = failpoint {
@@ -306,6 +365,15 @@ impl Job {
             })
             .collect()
     }
+}
+
+/// The worker binary: `STREAMKEEPER_WORKER_BIN` when set, else the one cargo built. (The shared
+/// target directory's binary can be replaced by a build of another worktree mid-run; a private
+/// copy named by the variable cannot.)
+pub fn worker_binary() -> PathBuf {
+    std::env::var_os("STREAMKEEPER_WORKER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_streamkeeper-worker")))
 }
 
 pub struct Worker {
@@ -572,12 +640,22 @@ pub fn free_port() -> u16 {
 
 /// A plain HTTP GET on loopback: (status, body).
 pub fn http_get(address: &str, path: &str) -> Option<(u16, String)> {
+    http_request(address, "GET", path, Duration::from_secs(5))
+}
+
+/// A plain HTTP request without body on loopback: (status, body).
+pub fn http_request(
+    address: &str,
+    method: &str,
+    path: &str,
+    limit: Duration,
+) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(address).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.set_read_timeout(Some(limit)).ok()?;
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )
     .ok()?;
     let mut response = String::new();

@@ -1,0 +1,325 @@
+//! Checkpoints to the real S3 server (SeaweedFS) and restores from them, with the real Kafka
+//! broker: the delta replay after a checkpoint, the fallback from a corrupt checkpoint,
+//! retention, an S3 outage mid-run, and kill -9 during uploads, manifest writes and downloads.
+//! Each test uses its own S3 prefix; the shared S3 server is never stopped.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+use support::checkpoints::*;
+use support::*;
+
+const KEYS: u32 = 400;
+
+async fn input_topic(partitions: i32, range: std::ops::Range<u32>) -> String {
+    let topic = unique("ckpt-input");
+    create_topic(&topic, partitions, false).await;
+    produce(&topic, partitions, range.map(|i| card_event(i, KEYS)));
+    topic
+}
+
+fn more_input(job: &Job, range: std::ops::Range<u32>) {
+    produce(
+        &job.config.kafka.input_topic,
+        job.partitions,
+        range.map(|i| card_event(i, KEYS)),
+    );
+}
+
+fn run_to_completion(job: &Job) {
+    let mut worker = job.start(None);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(300));
+    worker.terminate(Duration::from_secs(30));
+}
+
+fn wipe_state(job: &Job) {
+    std::fs::remove_dir_all(&job.config.state.dir).unwrap();
+}
+
+/// Runs the input (all of it, produced up front) through a job without checkpoints.
+async fn reference(input: &str, partitions: i32) -> Job {
+    let job = Job::new("ckpt-reference", input, partitions, aggregate_processor()).await;
+    run_to_completion(&job);
+    job
+}
+
+fn assert_same_state(got: &Job, want: &Job) {
+    let (got, want) = (got.local_state(), want.local_state());
+    for (task, entries) in &want {
+        assert!(!entries.is_empty(), "task {task} has state");
+        assert!(
+            got[task] == *entries,
+            "task {task}: state differs key by key"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn restore_from_a_checkpoint_replays_only_the_delta_after_it() {
+    const PARTITIONS: i32 = 2;
+    let input = input_topic(PARTITIONS, 0..20_000).await;
+    let mut job = Job::new("ckpt-delta", &input, PARTITIONS, aggregate_processor()).await;
+    job.enable_checkpoints(Duration::from_secs(3600), 3, None);
+    let address = format!("127.0.0.1:{}", free_port());
+    let mut worker = job.start_listening(&address);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    let checkpoints = checkpoint_now(&address);
+    assert_eq!(checkpoints.len(), PARTITIONS as usize);
+    more_input(&job, 20_000..26_000);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    worker.terminate(Duration::from_secs(30));
+
+    // The changelog loses everything before the checkpoints: a full replay is impossible now,
+    // so a correct state can only come from the checkpoints plus the delta.
+    let offsets: BTreeMap<u32, i64> = checkpoints
+        .iter()
+        .map(|(task, (_, offset))| (*task, *offset))
+        .collect();
+    delete_changelog_head(&job, &offsets).await;
+    let delta: u64 = offsets
+        .iter()
+        .map(|(task, offset)| changelog_records_from(&job, *task, *offset))
+        .sum();
+    assert!(delta > 0, "the second batch of input changed state");
+
+    wipe_state(&job);
+    let mut worker = job.start_listening(&address);
+    wait_ready(&address, &mut worker, Duration::from_secs(120));
+    let downloaded = metric(&address, "streamkeeper_restore_download_bytes_total");
+    worker.terminate(Duration::from_secs(30));
+    let log = worker.log();
+    assert_eq!(
+        replayed_records(&log),
+        delta,
+        "only the changelog records after the checkpoints are replayed"
+    );
+    assert!(downloaded > 0.0, "the checkpoints were downloaded");
+    assert_eq!(
+        log.matches("restore: checkpoint installed").count(),
+        PARTITIONS as usize
+    );
+
+    let reference = reference(&input, PARTITIONS).await;
+    assert_same_state(&job, &reference);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_corrupt_object_falls_back_to_the_previous_checkpoint() {
+    let input = input_topic(1, 0..10_000).await;
+    let mut job = Job::new("ckpt-corrupt", &input, 1, aggregate_processor()).await;
+    job.enable_checkpoints(Duration::from_secs(3600), 5, None);
+    let address = format!("127.0.0.1:{}", free_port());
+    let mut worker = job.start_listening(&address);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    let first = checkpoint_now(&address)[&0].0;
+    more_input(&job, 10_000..14_000);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    let second = checkpoint_now(&address)[&0].0;
+    worker.terminate(Duration::from_secs(30));
+
+    let manifests = manifests(&job, 0).await;
+    let older: BTreeSet<&str> = manifests[&first]
+        .files
+        .iter()
+        .map(|f| f.object_key.as_str())
+        .collect();
+    let only_newest = manifests[&second]
+        .files
+        .iter()
+        .find(|f| f.name.ends_with(".sst") && !older.contains(f.object_key.as_str()))
+        .expect("the newest checkpoint has an SST of its own");
+    corrupt_object(&job, &only_newest.object_key).await;
+
+    wipe_state(&job);
+    let mut worker = job.start_listening(&address);
+    wait_ready(&address, &mut worker, Duration::from_secs(120));
+    let fallbacks = metric(&address, "streamkeeper_checkpoint_fallbacks_total");
+    worker.terminate(Duration::from_secs(30));
+    let log = worker.log();
+    assert_eq!(fallbacks, 1.0, "one fallback counted; log:\n{log}");
+    assert!(
+        log.contains("checkpoint unusable; falling back"),
+        "the fallback is logged"
+    );
+    let installed = log
+        .lines()
+        .find(|l| l.contains("restore: checkpoint installed"))
+        .expect("a checkpoint was installed");
+    assert!(
+        installed.contains(&format!("sequence={first}")),
+        "the previous checkpoint was installed: {installed}"
+    );
+    let reference = reference(&input, 1).await;
+    assert_same_state(&job, &reference);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_garbage_collection_s3_holds_exactly_what_the_retained_manifests_reference() {
+    let input = input_topic(1, 0..4_000).await;
+    let mut job = Job::new("ckpt-gc", &input, 1, count_processor()).await;
+    job.enable_checkpoints(Duration::from_secs(3600), 2, None);
+    job.env.push((
+        "STREAMKEEPER_CHECKPOINT_GC_GRACE_SECONDS".into(),
+        "0".into(),
+    ));
+    let address = format!("127.0.0.1:{}", free_port());
+    let mut worker = job.start_listening(&address);
+    let mut sequences = Vec::new();
+    for round in 1..=5u32 {
+        job.wait_until_caught_up(&mut worker, Duration::from_secs(120));
+        sequences.push(checkpoint_now(&address)[&0].0);
+        more_input(&job, round * 4_000..(round + 1) * 4_000);
+    }
+    // Retention runs right after each checkpoint; wait for the last run to settle.
+    let newest: BTreeSet<u64> = sequences[sequences.len() - 2..].iter().copied().collect();
+    let mut retained = BTreeMap::new();
+    wait_for(
+        "retention of the two newest manifests",
+        Duration::from_secs(30),
+        || {
+            retained = futures::executor::block_on(manifests(&job, 0));
+            retained.keys().copied().collect::<BTreeSet<_>>() == newest
+        },
+    );
+    let referenced: BTreeSet<String> = retained
+        .values()
+        .flat_map(|m| m.files.iter().map(|f| f.object_key.clone()))
+        .collect();
+    wait_for(
+        "unreferenced objects deleted",
+        Duration::from_secs(30),
+        || futures::executor::block_on(object_keys(&job, 0)) == referenced,
+    );
+    assert!(
+        metric(&address, "streamkeeper_checkpoint_gc_deleted_objects_total") > 0.0,
+        "deletions are counted"
+    );
+    worker.terminate(Duration::from_secs(30));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_s3_outage_does_not_stop_processing_and_checkpoints_resume() {
+    let settings = s3_settings();
+    let proxy = Proxy::start(settings.endpoint.trim_start_matches("http://"));
+    let input = input_topic(2, 0..8_000).await;
+    let mut job = Job::new("ckpt-outage", &input, 2, aggregate_processor()).await;
+    job.enable_checkpoints(Duration::from_secs(1), 3, Some(&proxy.endpoint()));
+    let address = format!("127.0.0.1:{}", free_port());
+    let mut worker = job.start_listening(&address);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    wait_for("a first checkpoint", Duration::from_secs(60), || {
+        metric(&address, "streamkeeper_checkpoints_total") >= 2.0
+    });
+
+    proxy.close();
+    let before = metric(&address, "streamkeeper_checkpoints_total");
+    more_input(&job, 8_000..16_000);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    wait_for(
+        "checkpoint failures counted",
+        Duration::from_secs(60),
+        || metric(&address, "streamkeeper_checkpoint_failures_total") >= 2.0,
+    );
+    assert_eq!(
+        metric(&address, "streamkeeper_checkpoints_total"),
+        before,
+        "no checkpoint counts while S3 is away"
+    );
+    assert!(
+        worker.child.try_wait().unwrap().is_none(),
+        "the worker lives"
+    );
+
+    proxy.open();
+    let ends = task_changelog_offsets(&address);
+    wait_for(
+        "checkpoints of the newest state",
+        Duration::from_secs(90),
+        || {
+            let newest: BTreeMap<u32, i64> = (0..2)
+                .map(|task| {
+                    let m = futures::executor::block_on(manifests(&job, task));
+                    (
+                        task,
+                        m.values().map(|m| m.changelog_offset).max().unwrap_or(-1),
+                    )
+                })
+                .collect();
+            newest == ends
+        },
+    );
+    worker.terminate(Duration::from_secs(30));
+
+    let reference = reference(&input, 2).await;
+    assert_same_output(&job.output(), &reference.output());
+    assert_same_state(&job, &reference);
+}
+
+/// The next changelog offset of every task's committed state, from `/v1/tasks`.
+fn task_changelog_offsets(address: &str) -> BTreeMap<u32, i64> {
+    let (_, body) = http_get(address, "/v1/tasks").unwrap();
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    json["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["task"].as_u64().unwrap() as u32,
+                t["next_changelog_offset"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crashes_during_uploads_manifest_writes_and_downloads_end_like_an_uninterrupted_run() {
+    const PARTITIONS: i32 = 4;
+    let input = input_topic(PARTITIONS, 0..40_000).await;
+    let reference = reference(&input, PARTITIONS).await;
+
+    let mut job = Job::new("ckpt-crashy", &input, PARTITIONS, aggregate_processor()).await;
+    job.enable_checkpoints(Duration::from_secs(1), 2, None);
+    job.env.push((
+        "STREAMKEEPER_CHECKPOINT_GC_GRACE_SECONDS".into(),
+        "0".into(),
+    ));
+    let sweep = [
+        "mid-upload:1",
+        "after-manifest-write:1",
+        "mid-upload:5",
+        "after-manifest-write:3",
+        "mid-download:1",
+        "mid-upload:2",
+        "after-manifest-write:2",
+        "mid-download:2",
+    ];
+    let mut crashes = 0;
+    for point in sweep {
+        // A download needs a task without local state (and a checkpoint to download).
+        if point.starts_with("mid-download") {
+            let _ = std::fs::remove_dir_all(job.config.state.dir.join("task-1"));
+        }
+        let mut worker = job.start(Some(point));
+        if worker.wait_for_crash(Duration::from_secs(90)) {
+            crashes += 1;
+        } else {
+            worker.kill9();
+        }
+    }
+    assert!(
+        crashes >= 6,
+        "only {crashes} of the swept failpoints were reached"
+    );
+    assert!(
+        !manifests(&job, 1).await.is_empty(),
+        "checkpoints were written"
+    );
+    run_to_completion(&job);
+
+    assert_eq!(job.committed_offsets(), reference.committed_offsets());
+    assert_same_output(&job.output(), &reference.output());
+    assert_same_state(&job, &reference);
+}
