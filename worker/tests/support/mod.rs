@@ -239,7 +239,7 @@ impl Job {
 
     /// Starts the worker with a failpoint and its HTTP port on `listen`.
     pub fn start_listening_with(&self, listen: &str, failpoint: Option<&str>) -> Worker {
-        self.spawn(&self.config.state.dir, failpoint, Some(listen))
+        self.spawn_with(&self.config.state.dir, failpoint, Some(listen))
     }
 
     pub fn start_with_state(&self, state_dir: &Path, failpoint: Option<&str>) -> Worker {
