@@ -82,7 +82,13 @@ pub async fn final_checkpoint_before_suspend(
     let timeout = ctx.settings.final_checkpoint_timeout;
     let service = names::service(&job.name);
     let calls = pods.iter().map(|pod| {
-        let host = format!("{}.{service}.{}.svc", pod.name_any(), job.namespace);
+        // The worker listens on its pod address; the headless Service's DNS name is the
+        // fallback for a pod whose status has none yet.
+        let host = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .unwrap_or_else(|| format!("{}.{service}.{}.svc", pod.name_any(), job.namespace));
         async move {
             let result = worker_client::request_checkpoint(&host, port, timeout).await;
             (pod.name_any(), result)

@@ -13,6 +13,7 @@ pub mod http;
 pub mod kafka_client;
 pub mod metrics;
 pub mod processor;
+pub mod share;
 pub mod standalone;
 pub mod status;
 pub mod store;

@@ -4,6 +4,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use streamkeeper_contract::{FormatError, Versioned, WorkerConfig};
+use streamkeeper_worker::share::TaskShare;
 
 /// The streamkeeper worker: exactly-once stateful processing on RocksDB with a Kafka changelog.
 #[derive(Parser, Debug)]
@@ -15,7 +16,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run every partition of the job as active tasks in this process (standalone mode).
+    /// Run the job's tasks in this process: every partition (standalone mode), or with
+    /// `--replicas` this StatefulSet pod's share of them.
     Run(RunArgs),
     /// Read and check a worker config file, then print it back normalized. Exits non-zero with
     /// a message naming the bad field.
@@ -45,6 +47,13 @@ struct RunArgs {
     /// Log format: `json` in clusters, `text` for people.
     #[arg(long, env = "STREAMKEEPER_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
+    /// Number of worker pods sharing the job: this pod runs task i when i mod replicas is its
+    /// ordinal (from --pod-name). Without it, every task runs here.
+    #[arg(long, env = "STREAMKEEPER_REPLICAS", requires = "pod_name")]
+    replicas: Option<u32>,
+    /// This pod's name, ending in -<ordinal> as StatefulSet pods do.
+    #[arg(long, env = "POD_NAME")]
+    pod_name: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -128,7 +137,17 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match streamkeeper_worker::standalone::run(config) {
+            let share = match (args.replicas, args.pod_name.as_deref()) {
+                (Some(replicas), Some(pod)) => match TaskShare::of_pod(pod, replicas) {
+                    Ok(share) => share,
+                    Err(error) => {
+                        tracing::error!(%error, "refusing to start");
+                        return ExitCode::FAILURE;
+                    }
+                },
+                _ => TaskShare::All,
+            };
+            match streamkeeper_worker::standalone::run(config, share) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     tracing::error!(%error, "worker failed");

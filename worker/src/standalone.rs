@@ -6,6 +6,7 @@ use crate::checkpoint::CheckpointService;
 use crate::http;
 use crate::kafka_client;
 use crate::metrics::WorkerMetrics;
+use crate::share::TaskShare;
 use crate::status::TaskBoard;
 use crate::store::BlockCache;
 use crate::task::{WorkerContext, run_active_task};
@@ -35,16 +36,16 @@ pub enum StandaloneError {
     Discovery(#[source] tokio::task::JoinError),
 }
 
-pub fn run(config: WorkerConfig) -> Result<(), StandaloneError> {
+pub fn run(config: WorkerConfig, share: TaskShare) -> Result<(), StandaloneError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(StandaloneError::Runtime)?;
-    runtime.block_on(run_async(config))
+    runtime.block_on(run_async(config, share))
 }
 
-async fn run_async(config: WorkerConfig) -> Result<(), StandaloneError> {
+async fn run_async(config: WorkerConfig, share: TaskShare) -> Result<(), StandaloneError> {
     let config = Arc::new(config);
     let metrics = WorkerMetrics::new();
     let board = TaskBoard::default();
@@ -91,8 +92,17 @@ async fn run_async(config: WorkerConfig) -> Result<(), StandaloneError> {
         tracing::info!("shut down before the tasks started");
         return Ok(());
     };
-    tracing::info!(partitions, topic = %context.config.kafka.input_topic, "starting one active task per input partition");
-    let threads: Vec<_> = (0..partitions)
+    let tasks = share.tasks(partitions);
+    tracing::info!(partitions, ?share, ?tasks, topic = %context.config.kafka.input_topic, "starting one active task per assigned input partition");
+    if tasks.is_empty() {
+        tracing::warn!(
+            partitions,
+            ?share,
+            "no task falls to this worker (more replicas than input partitions)"
+        );
+    }
+    let threads: Vec<_> = tasks
+        .into_iter()
         .map(|task| {
             let context = context.clone();
             std::thread::Builder::new()

@@ -131,6 +131,18 @@ fn env(job: &ValidatedJob) -> Vec<EnvVar> {
             ..EnvVar::default()
         },
         field_env("POD_NAME", "metadata.name".into()),
+        // The HTTP port binds the pod's own address (`--http-listen $(POD_IP):8080`), which is
+        // what probes and the operator use; it also lets the local node agent run several
+        // worker pods on one host, each on its own loopback address.
+        field_env("POD_IP", "status.podIP".into()),
+        // Until the assignment document drives placement, pod k of N runs the tasks i with
+        // i mod N = k (see the worker's `--replicas`). Changing replicas changes the template,
+        // so every pod restarts with the new share.
+        EnvVar {
+            name: "STREAMKEEPER_REPLICAS".into(),
+            value: Some(job.workers.replicas.to_string()),
+            ..EnvVar::default()
+        },
     ];
     if job.restore.is_some() {
         env.push(field_env(
@@ -150,6 +162,8 @@ fn container(job: &ValidatedJob) -> Container {
             "run".into(),
             "--config".into(),
             names::CONFIG_FILE.into(),
+            "--http-listen".into(),
+            format!("$(POD_IP):{}", names::HTTP_PORT),
         ]),
         env: Some(env(job)),
         ports: Some(vec![ContainerPort {

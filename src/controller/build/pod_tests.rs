@@ -19,7 +19,9 @@ fn runs_the_worker_with_the_mounted_config() {
     assert_eq!(container["image"], "streamkeeper/worker:0.1.0");
     assert_eq!(
         container["args"],
-        yaml("[run, --config, /etc/streamkeeper/config/worker.yaml]")
+        yaml(
+            "[run, --config, /etc/streamkeeper/config/worker.yaml, --http-listen, '$(POD_IP):8080']"
+        )
     );
     assert_eq!(
         container["env"],
@@ -31,6 +33,12 @@ fn runs_the_worker_with_the_mounted_config() {
   valueFrom:
     fieldRef:
       fieldPath: metadata.name
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: STREAMKEEPER_REPLICAS
+  value: "3"
 "#
         )
     );
@@ -350,7 +358,7 @@ fn a_restore_request_reaches_the_worker_through_annotation_and_env() {
     assert_eq!(document.source, RestoreReplaySource::Input);
     let env = &json(&built.spec)["containers"][0]["env"];
     assert_eq!(
-        env[2],
+        env[4],
         yaml(
             r#"
 name: STREAMKEEPER_RESTORE_REQUEST
