@@ -154,6 +154,10 @@ impl LeaderElector {
     /// Whether another holder's record has stayed unchanged for a whole lease duration (of the
     /// holder's own declared duration, when longer) by this process's clock.
     fn expired(&self, spec: &LeaseSpec) -> bool {
+        self.expired_at(spec, Instant::now())
+    }
+
+    fn expired_at(&self, spec: &LeaseSpec, now: Instant) -> bool {
         let record = (
             spec.holder_identity.clone(),
             spec.renew_time.as_ref().map(|t| t.0),
@@ -170,12 +174,11 @@ impl LeaderElector {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match observed.as_ref() {
-            Some(seen) if seen.record == record => seen.since.elapsed() >= duration,
+            Some(seen) if seen.record == record => {
+                now.saturating_duration_since(seen.since) >= duration
+            }
             _ => {
-                *observed = Some(Observed {
-                    record,
-                    since: Instant::now(),
-                });
+                *observed = Some(Observed { record, since: now });
                 false
             }
         }
@@ -251,4 +254,64 @@ impl LeaderElector {
 pub enum RenewEnd {
     Stopped,
     Lost,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn elector(lease_duration: Duration) -> LeaderElector {
+        // A client that is never used for a request: `expired` is pure bookkeeping.
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        let settings = LeaseSettings {
+            lease_duration,
+            ..LeaseSettings::new("ns".into(), "lease".into(), "me".into())
+        };
+        LeaderElector::new(client, settings)
+    }
+
+    fn spec(holder: &str, renew_second: i64, duration_seconds: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(holder.into()),
+            renew_time: Some(MicroTime(Timestamp::from_second(renew_second).unwrap())),
+            lease_duration_seconds: Some(duration_seconds),
+            lease_transitions: Some(0),
+            ..LeaseSpec::default()
+        }
+    }
+
+    fn after(start: Instant, seconds: u64) -> Instant {
+        start + Duration::from_secs(seconds)
+    }
+
+    #[tokio::test]
+    async fn a_record_expires_only_after_it_stopped_changing_for_the_lease_duration() {
+        let elector = elector(Duration::from_secs(15));
+        let start = Instant::now();
+        // The holder's clock says the renewal is ancient; only our own observation counts.
+        let stale_looking = spec("other", 0, 15);
+        assert!(
+            !elector.expired_at(&stale_looking, start),
+            "first sight is never expired"
+        );
+        assert!(!elector.expired_at(&stale_looking, after(start, 14)));
+        assert!(elector.expired_at(&stale_looking, after(start, 15)));
+
+        // A renewal (changed record) restarts the wait.
+        let renewed = spec("other", 1, 15);
+        assert!(!elector.expired_at(&renewed, after(start, 16)));
+        assert!(!elector.expired_at(&renewed, after(start, 30)));
+        assert!(elector.expired_at(&renewed, after(start, 31)));
+    }
+
+    #[tokio::test]
+    async fn a_longer_declared_duration_is_honoured() {
+        let elector = elector(Duration::from_secs(15));
+        let start = Instant::now();
+        let long = spec("other", 0, 60);
+        assert!(!elector.expired_at(&long, start));
+        assert!(!elector.expired_at(&long, after(start, 30)));
+        assert!(elector.expired_at(&long, after(start, 60)));
+    }
 }

@@ -223,6 +223,7 @@ async fn apply_creates_every_object_updates_them_and_a_no_op_writes_nothing() {
     let retention = status.retention.unwrap();
     assert_eq!(retention.input_retention_ms, Some(604_800_000));
     assert_eq!(retention.max_safe_checkpoint_age_seconds, Some(302_400));
+    assert_eq!(retention.changelog_delete_retention_ms, Some(86_400_000));
     assert_eq!(status.tasks.len(), 3);
 
     // A second reconcile with nothing changed writes nothing: every resourceVersion stays.

@@ -45,8 +45,12 @@ pub enum ApplyError {
 /// What `apply` did.
 #[derive(Debug)]
 pub enum ApplyOutcome {
-    /// Every object and topic is as desired; the StatefulSet as the apiserver returned it.
-    Applied { stateful_set: Box<StatefulSet> },
+    /// Every object and topic is as desired; the StatefulSet as the apiserver returned it, and
+    /// the changelog's actual `delete.retention.ms` (a pre-existing changelog keeps its own).
+    Applied {
+        stateful_set: Box<StatefulSet>,
+        changelog_delete_retention_ms: Option<i64>,
+    },
     /// The existing changelog breaks a rule: nothing was applied.
     ChangelogRefused(RetentionViolation),
 }
@@ -70,9 +74,10 @@ pub async fn apply(
         role_binding,
         topics,
     } = desired;
-    if let Some(violation) = ensure_topics(kafka, topics).await? {
-        return Ok(ApplyOutcome::ChangelogRefused(violation));
-    }
+    let changelog_delete_retention_ms = match ensure_topics(kafka, topics).await? {
+        Ok(delete_retention_ms) => delete_retention_ms,
+        Err(violation) => return Ok(ApplyOutcome::ChangelogRefused(violation)),
+    };
     match service_account {
         Some(account) => {
             server_side_apply(client, namespace, account).await?;
@@ -87,30 +92,37 @@ pub async fn apply(
     let stateful_set = server_side_apply(client, namespace, stateful_set).await?;
     Ok(ApplyOutcome::Applied {
         stateful_set: Box::new(stateful_set),
+        changelog_delete_retention_ms,
     })
 }
 
-/// Creates missing topics; checks an existing changelog's partitions and cleanup policy.
+/// Creates missing topics; checks an existing changelog's partitions and cleanup policy. Returns
+/// the changelog's `delete.retention.ms`, or the violation that refuses it.
 async fn ensure_topics(
     kafka: &KafkaAdmin,
     topics: &DesiredTopics,
-) -> Result<Option<RetentionViolation>, KafkaAdminError> {
+) -> Result<Result<Option<i64>, RetentionViolation>, KafkaAdminError> {
     let DesiredTopics {
         changelog,
         dead_letter,
     } = topics;
-    match kafka.topic(&changelog.name).await? {
+    let delete_retention = match kafka.topic(&changelog.name).await? {
         Some(existing) => {
             if let Err(violation) = check_changelog(&existing, changelog.partitions) {
-                return Ok(Some(violation));
+                return Ok(Err(violation));
             }
+            // An existing changelog keeps its configs: altering them is the owner's call.
+            existing.config.get("delete.retention.ms").cloned()
         }
-        None => kafka.create(changelog).await?,
-    }
+        None => {
+            kafka.create(changelog).await?;
+            changelog.config.get("delete.retention.ms").cloned()
+        }
+    };
     if kafka.topic(&dead_letter.name).await?.is_none() {
         kafka.create(dead_letter).await?;
     }
-    Ok(None)
+    Ok(Ok(delete_retention.and_then(|ms| ms.parse().ok())))
 }
 
 fn check_changelog(

@@ -352,12 +352,8 @@ async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
             .and_then(|b| i64::try_from(b).ok()),
         max_safe_checkpoint_age_seconds: max_safe_age
             .and_then(|age| i64::try_from(age.as_secs()).ok()),
-        changelog_delete_retention_ms: desired
-            .topics
-            .changelog
-            .config
-            .get("delete.retention.ms")
-            .and_then(|value| value.parse().ok()),
+        // Known once the changelog has been read or created (see the apply below).
+        changelog_delete_retention_ms: None,
     });
     if let Err(violation) = retention::check_interval(validated.checkpoint.interval, effective) {
         let field = "spec.checkpoint.interval";
@@ -393,7 +389,15 @@ async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
     )
     .await;
     let stateful_set = match outcome {
-        Ok(ApplyOutcome::Applied { stateful_set }) => stateful_set,
+        Ok(ApplyOutcome::Applied {
+            stateful_set,
+            changelog_delete_retention_ms,
+        }) => {
+            if let Some(retention) = observation.retention.as_mut() {
+                retention.changelog_delete_retention_ms = changelog_delete_retention_ms;
+            }
+            stateful_set
+        }
         Ok(ApplyOutcome::ChangelogRefused(violation)) => {
             let field = "spec.kafka.changelogTopic";
             return refuse(

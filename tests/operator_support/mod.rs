@@ -249,7 +249,10 @@ pub async fn reconcile_once(
     reconcile(Arc::new(job), Arc::clone(ctx)).await
 }
 
-/// Reconciles until `done` holds for the job, for at most `TIMEOUT`.
+/// How long to wait for the StatefulSet controller (slow when the shared control plane is busy).
+pub const CONTROLLER_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Reconciles until `done` holds for the job, for at most [`CONTROLLER_TIMEOUT`].
 pub async fn reconcile_until(
     ctx: &Arc<Context>,
     jobs: &Api<StatefulStreamJob>,
@@ -257,7 +260,7 @@ pub async fn reconcile_until(
     what: &str,
     mut done: impl AsyncFnMut() -> bool,
 ) {
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let deadline = tokio::time::Instant::now() + CONTROLLER_TIMEOUT;
     loop {
         reconcile_once(ctx, jobs, name)
             .await
