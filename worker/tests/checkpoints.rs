@@ -156,6 +156,61 @@ async fn a_corrupt_object_falls_back_to_the_previous_checkpoint() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_chosen_checkpoint_replaces_valid_local_state() {
+    let input = input_topic(1, 0..6_000).await;
+    let mut job = Job::new("ckpt-chosen", &input, 1, count_processor()).await;
+    job.enable_checkpoints(Duration::from_secs(3600), 5, None);
+    let address = format!("127.0.0.1:{}", free_port());
+    let mut worker = job.start_listening(&address);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    let (chosen, chosen_offset) = checkpoint_now(&address)[&0];
+    more_input(&job, 6_000..9_000);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    checkpoint_now(&address);
+    worker.terminate(Duration::from_secs(30));
+    let before = job.local_state();
+
+    // Valid local state is there, yet the operator asks for the older checkpoint.
+    job.env
+        .push(("STREAMKEEPER_RESTORE_CHECKPOINT".into(), chosen.to_string()));
+    let mut worker = job.start_listening(&address);
+    wait_ready(&address, &mut worker, Duration::from_secs(120));
+    worker.terminate(Duration::from_secs(30));
+    let log = worker.log();
+    let installed = log
+        .lines()
+        .find(|l| l.contains("restore: checkpoint installed"))
+        .expect("the chosen checkpoint was installed");
+    assert!(
+        installed.contains(&format!("sequence={chosen}")),
+        "{installed}"
+    );
+    assert_eq!(
+        replayed_records(&log),
+        changelog_records_from(&job, 0, chosen_offset),
+        "the changelog after the chosen checkpoint is replayed"
+    );
+    assert!(job.local_state() == before, "the state ends where it was");
+
+    // A checkpoint that does not exist stops the task with the reason, never a silent downgrade.
+    job.env.pop();
+    job.env
+        .push(("STREAMKEEPER_RESTORE_CHECKPOINT".into(), "999".into()));
+    let mut worker = job.start_listening(&address);
+    wait_for(
+        "the task to give the reason",
+        Duration::from_secs(60),
+        || {
+            worker
+                .log()
+                .contains("checkpoint 999 was asked for but is missing")
+        },
+    );
+    assert_ne!(http_get(&address, "/readyz").map(|(s, _)| s), Some(200));
+    worker.kill9();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn after_garbage_collection_s3_holds_exactly_what_the_retained_manifests_reference() {
     let input = input_topic(1, 0..4_000).await;
     let mut job = Job::new("ckpt-gc", &input, 1, count_processor()).await;
