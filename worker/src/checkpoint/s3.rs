@@ -133,22 +133,6 @@ impl S3Storage {
         Ok(())
     }
 
-    /// Whether `key` exists.
-    pub async fn exists(&self, key: &str) -> Result<bool, CheckpointError> {
-        match self
-            .client
-            .head_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(error) if status_of(&error) == Some(404) => Ok(false),
-            Err(error) => Err(s3_error("head", key, error)),
-        }
-    }
-
     /// Writes `bytes` to `key` only if no object has that key (`If-None-Match: *`).
     /// Returns `false` when the key already existed (nothing was written).
     pub async fn put_if_absent(&self, key: &str, bytes: Vec<u8>) -> Result<bool, CheckpointError> {
