@@ -3,7 +3,7 @@
 # writes bench-results/<name>.json.
 #
 #   tests/bench.sh            every bench
-#   tests/bench.sh worker     one of: worker
+#   tests/bench.sh worker     one of: worker, checkpoint_restore, checkpoint_overhead
 #
 # Services this script starts are stopped when it ends; services already running are left alone.
 source "$(dirname "$0")/services/lib.sh"
@@ -13,8 +13,8 @@ services=tests/services
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$SK_CACHE/cargo-target}"
 
 benches=("$@")
-(( ${#benches[@]} )) || benches=(worker)
-declare -A needs=([worker]="kafka")
+(( ${#benches[@]} )) || benches=(worker checkpoint_restore checkpoint_overhead)
+declare -A needs=([worker]="kafka" [checkpoint_restore]="s3" [checkpoint_overhead]="kafka s3")
 declare -A ports=([kafka]=19092 [s3]=18333)
 
 started=()
