@@ -88,6 +88,19 @@ async fn restore_from_a_checkpoint_replays_only_the_delta_after_it() {
     let mut worker = job.start_listening(&address);
     wait_ready(&address, &mut worker, Duration::from_secs(120));
     let downloaded = metric(&address, "streamkeeper_restore_download_bytes_total");
+    // No new checkpoint for an hour, yet the age of the newest durable one is known at once.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while metric(
+        &address,
+        "streamkeeper_checkpoint_last_success_timestamp_seconds",
+    ) <= 0.0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a restarted worker reports its newest existing checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     worker.terminate(Duration::from_secs(30));
     let log = worker.log();
     assert_eq!(

@@ -130,9 +130,11 @@ impl CheckpointService {
 
     /// The handle task `task`'s loop uses; registers the task on first use.
     pub fn task(self: &Arc<Self>, task: u32) -> TaskCheckpoints {
+        let mut registered = false;
         let slot = {
             let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
             Arc::clone(tasks.entry(task).or_insert_with(|| {
+                registered = true;
                 // Leftovers of a previous process: nothing reads them any more.
                 let staging = staging_root(&self.config.state.dir, task);
                 if let Err(error) = std::fs::remove_dir_all(&staging)
@@ -170,10 +172,44 @@ impl CheckpointService {
                 })
             }))
         };
+        if registered {
+            self.seed_age(&slot);
+        }
         TaskCheckpoints {
             service: Arc::clone(self),
             slot,
         }
+    }
+
+    /// Reads what S3 already holds for a newly registered task, so the age of its newest
+    /// durable checkpoint is known from the start rather than after the first new checkpoint
+    /// (a restarted worker would otherwise report no age at all for an interval).
+    fn seed_age(&self, slot: &Arc<TaskSlot>) {
+        let slot = Arc::clone(slot);
+        let metrics = self.metrics.clone();
+        self.runtime.spawn(async move {
+            let newest = match slot.uploader.lock().await.discover().await {
+                Ok(newest) => newest,
+                Err(error) => {
+                    tracing::warn!(task = slot.task, %error, "cannot list existing checkpoints yet");
+                    return;
+                }
+            };
+            let Some(manifest) = newest else { return };
+            let mut schedule = slot.schedule.lock().unwrap_or_else(|p| p.into_inner());
+            if schedule.last_success_ms.is_none() {
+                schedule.last_success_ms = Some(manifest.created_at_ms);
+                let label = TaskLabel { task: slot.task };
+                metrics
+                    .checkpoint_last_success_seconds
+                    .get_or_create(&label)
+                    .set(manifest.created_at_ms as f64 / 1000.0);
+                metrics
+                    .checkpoint_age_seconds
+                    .get_or_create(&label)
+                    .set(now_ms().saturating_sub(manifest.created_at_ms) as f64 / 1000.0);
+            }
+        });
     }
 
     /// Asks every task for a checkpoint now; answers once each is durable (or `limit` passed).

@@ -145,7 +145,14 @@ pub fn restore_from_changelog(
             failpoint::hit("mid-restore");
             batch.clear();
             progress.bytes_done = bytes;
-            progress.report(RestorePhase::Replay);
+            // Past the end seen at discovery, the replay is catching up with records written
+            // since (an owner not yet fenced); the phase says so.
+            let phase = if meta.next_changelog_offset > high {
+                RestorePhase::CatchUp
+            } else {
+                RestorePhase::Replay
+            };
+            progress.report(phase);
         }
         if at_end {
             break;
