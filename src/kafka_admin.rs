@@ -59,6 +59,8 @@ pub enum KafkaAdminError {
         #[source]
         source: tokio::task::JoinError,
     },
+    #[error("the broker says topic {topic} exists but its metadata does not show it yet")]
+    NotVisible { topic: String },
 }
 
 impl KafkaAdminError {
@@ -68,7 +70,8 @@ impl KafkaAdminError {
             KafkaAdminError::Refused { .. } => reasons::KAFKA_REFUSED,
             KafkaAdminError::Client { .. }
             | KafkaAdminError::Unavailable { .. }
-            | KafkaAdminError::Blocking { .. } => reasons::KAFKA_UNAVAILABLE,
+            | KafkaAdminError::Blocking { .. }
+            | KafkaAdminError::NotVisible { .. } => reasons::KAFKA_UNAVAILABLE,
         }
     }
 }
@@ -209,9 +212,10 @@ impl KafkaAdmin {
         }
     }
 
-    /// Creates `topic` with its partitions, replication and configs. An existing topic is left
-    /// alone (the caller checks it against the rules first).
-    pub async fn create(&self, topic: &DesiredTopic) -> Result<(), KafkaAdminError> {
+    /// Creates `topic` with its partitions, replication and configs. A topic that exists already
+    /// is left alone and reported as such: metadata can lag a creation by someone else, so the
+    /// caller re-reads it and checks it against the rules.
+    pub async fn create(&self, topic: &DesiredTopic) -> Result<Creation, KafkaAdminError> {
         let replication = TopicReplication::Fixed(topic.replication_factor.unwrap_or(-1));
         let mut new_topic = NewTopic::new(&topic.name, topic.partitions, replication);
         for (key, value) in &topic.config {
@@ -222,9 +226,13 @@ impl KafkaAdmin {
             .create_topics([&new_topic], &Self::options())
             .await
             .map_err(|source| self.unavailable("CreateTopics", &topic.name, source))?;
+        let mut creation = Creation::Created;
         for result in results {
             match result {
-                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Ok(_) => {}
+                Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {
+                    creation = Creation::AlreadyExisted
+                }
                 Err((name, code)) => {
                     return Err(KafkaAdminError::Refused {
                         bootstrap: self.bootstrap.clone(),
@@ -235,7 +243,7 @@ impl KafkaAdmin {
                 }
             }
         }
-        Ok(())
+        Ok(creation)
     }
 
     /// Deletes `topics`; one that is already gone counts as deleted.
@@ -286,4 +294,11 @@ impl KafkaAdmin {
         })?
         .map_err(|source| self.unavailable("ListOffsets", topic, source))
     }
+}
+
+/// What [`KafkaAdmin::create`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Creation {
+    Created,
+    AlreadyExisted,
 }

@@ -7,7 +7,7 @@
 use crate::controller::DesiredResources;
 use crate::controller::build::DesiredTopics;
 use crate::controller::names;
-use crate::kafka_admin::{KafkaAdmin, KafkaAdminError};
+use crate::kafka_admin::{Creation, KafkaAdmin, KafkaAdminError};
 use crate::retention::{self, RetentionViolation};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -114,15 +114,39 @@ async fn ensure_topics(
             // An existing changelog keeps its configs: altering them is the owner's call.
             existing.config.get("delete.retention.ms").cloned()
         }
-        None => {
-            kafka.create(changelog).await?;
-            changelog.config.get("delete.retention.ms").cloned()
-        }
+        None => match kafka.create(changelog).await? {
+            Creation::Created => changelog.config.get("delete.retention.ms").cloned(),
+            // Created by someone else between our read and our create (or our read saw stale
+            // metadata): it must pass the same checks as any existing changelog.
+            Creation::AlreadyExisted => {
+                let existing = created_elsewhere(kafka, &changelog.name).await?;
+                if let Err(violation) = check_changelog(&existing, changelog.partitions) {
+                    return Ok(Err(violation));
+                }
+                existing.config.get("delete.retention.ms").cloned()
+            }
+        },
     };
     if kafka.topic(&dead_letter.name).await?.is_none() {
         kafka.create(dead_letter).await?;
     }
     Ok(Ok(delete_retention.and_then(|ms| ms.parse().ok())))
+}
+
+/// The facts of a topic the broker says exists, waiting out metadata that has not caught up.
+async fn created_elsewhere(
+    kafka: &KafkaAdmin,
+    name: &str,
+) -> Result<crate::kafka_admin::TopicFacts, KafkaAdminError> {
+    for _ in 0..20 {
+        if let Some(existing) = kafka.topic(name).await? {
+            return Ok(existing);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(KafkaAdminError::NotVisible {
+        topic: name.to_string(),
+    })
 }
 
 fn check_changelog(
