@@ -206,42 +206,40 @@ PY
   tasks_of "$1" | python3 -c "$script"
 }
 
+# kill_and_recover POD [wipe]: kill -9 of POD's worker (wiping its volume too with "wipe"),
+# then waits for the restarted worker. Sets RUNNING_S (kill → every task Running), READY_S
+# (kill → pod Ready) and FIGURES (the restore report; its last line is JSON).
+kill_and_recover() {
+  local pod=$1 wipe=${2:-} victim t0 t_running t_ready claim_dir
+  victim=$(pid_of "$pod")
+  [[ $wipe == wipe ]] && claim_dir=$(ls -d "$DEMO/node/volumes/$NS/"*"-$pod")
+  t0=$(date +%s.%N)
+  kill -KILL "$victim"
+  [[ $wipe == wipe ]] && find "$claim_dir" -mindepth 1 -delete
+  until [[ $(pid_of "$pod") != "$victim" && -n $(pid_of "$pod") ]]; do sleep 0.05; done
+  wait_tasks_running "$pod"
+  t_running=$(date +%s.%N)
+  wait_ready "$pod" 300
+  t_ready=$(date +%s.%N)
+  RUNNING_S=$(python3 -c "print(round($t_running - $t0, 2))")
+  READY_S=$(python3 -c "print(round($t_ready - $t0, 2))")
+  FIGURES=$(restore_figures "$pod")
+  echo "$FIGURES" | head -n -1
+  log "$pod: tasks Running ${RUNNING_S}s and pod Ready ${READY_S}s after kill -9${wipe:+ and a wiped volume}"
+}
+
 step "kill -9 of $JOB-0's worker while $SECOND_BATCH more events arrive (its disk survives)"
 produce "$FIRST_BATCH" "$SECOND_BATCH" &
 producer=$!
 sleep 2
-victim=$(pid_of "$JOB-0")
-t0=$(date +%s.%N)
-kill -KILL "$victim"
-until [[ $(pid_of "$JOB-0") != "$victim" && -n $(pid_of "$JOB-0") ]]; do sleep 0.05; done
-wait_tasks_running "$JOB-0"
-t_running=$(date +%s.%N)
-wait_ready "$JOB-0" 300
-t1=$(date +%s.%N)
-kill_local=$(python3 -c "print(round($t1 - $t0, 2))")
-running_local=$(python3 -c "print(round($t_running - $t0, 2))")
-figures_local=$(restore_figures "$JOB-0")
-echo "$figures_local" | head -n -1
-log "$JOB-0 back and Ready ${kill_local}s after kill -9"
+kill_and_recover "$JOB-0"
+running_local=$RUNNING_S kill_local=$READY_S figures_local=$FIGURES
 wait "$producer"
 wait_caught_up 600
 
 step "kill -9 of $JOB-1's worker and its volume wiped (a lost disk: restore from S3)"
-claim_dir=$(ls -d "$DEMO/node/volumes/$NS/"*"-$JOB-1")
-victim=$(pid_of "$JOB-1")
-t0=$(date +%s.%N)
-kill -KILL "$victim"
-find "$claim_dir" -mindepth 1 -delete
-until [[ $(pid_of "$JOB-1") != "$victim" && -n $(pid_of "$JOB-1") ]]; do sleep 0.05; done
-wait_tasks_running "$JOB-1"
-t_running=$(date +%s.%N)
-wait_ready "$JOB-1" 300
-t1=$(date +%s.%N)
-kill_wiped=$(python3 -c "print(round($t1 - $t0, 2))")
-running_wiped=$(python3 -c "print(round($t_running - $t0, 2))")
-figures_wiped=$(restore_figures "$JOB-1")
-echo "$figures_wiped" | head -n -1
-log "$JOB-1 back and Ready ${kill_wiped}s after kill -9 and a wiped volume"
+kill_and_recover "$JOB-1" wipe
+running_wiped=$RUNNING_S kill_wiped=$READY_S figures_wiped=$FIGURES
 produce $((FIRST_BATCH + SECOND_BATCH)) 10000
 wait_caught_up 600
 total=$((FIRST_BATCH + SECOND_BATCH + 10000))

@@ -8,39 +8,10 @@ mod support;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::wait::{await_condition, conditions};
-use kube::{Client, CustomResourceExt};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use std::time::Duration;
 use streamkeeper::api::StatefulStreamJob;
-
-async fn client() -> Client {
-    support::kubeconfig();
-    Client::try_default()
-        .await
-        .expect("a client from KUBECONFIG")
-}
-
-async fn install_crd(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = StatefulStreamJob::crd();
-    let name = crd.metadata.name.clone().expect("the CRD has a name");
-    crds.patch(
-        &name,
-        &PatchParams::apply("streamkeeper-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("the apiserver accepts the generated CRD");
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        await_condition(crds, &name, conditions::is_crd_established()),
-    )
-    .await
-    .expect("the CRD becomes established within 30 s")
-    .expect("watching the CRD works");
-}
 
 async fn temporary_namespace(client: &Client, prefix: &str) -> String {
     let name = support::unique_name(prefix);
@@ -63,8 +34,8 @@ fn example(name: &str) -> StatefulStreamJob {
 
 #[tokio::test]
 async fn apiserver_validates_stateful_stream_jobs() {
-    let client = client().await;
-    install_crd(&client).await;
+    let client = support::kube_client().await;
+    support::install_crd(&client).await;
     let namespace = temporary_namespace(&client, "crd-validation").await;
     let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), &namespace);
 
@@ -148,7 +119,7 @@ async fn apiserver_validates_stateful_stream_jobs() {
 
 #[tokio::test]
 async fn statefulset_controller_creates_pods_and_claims() {
-    let client = client().await;
+    let client = support::kube_client().await;
     let namespace = temporary_namespace(&client, "sts-smoke").await;
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &namespace);
     let set: StatefulSet = serde_json::from_value(serde_json::json!({

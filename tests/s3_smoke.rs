@@ -4,31 +4,12 @@
 
 mod support;
 
-use aws_sdk_s3::Client;
-use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::primitives::ByteStream;
-
-fn client(settings: &support::S3Settings) -> Client {
-    let config = aws_sdk_s3::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .endpoint_url(&settings.endpoint)
-        .region(Region::new(settings.region.clone()))
-        .force_path_style(true)
-        .credentials_provider(Credentials::new(
-            &settings.access_key,
-            &settings.secret_key,
-            None,
-            None,
-            "streamkeeper-tests",
-        ))
-        .build();
-    Client::from_conf(config)
-}
 
 #[tokio::test]
 async fn put_get_list_and_conditional_put() {
     let settings = support::s3_settings();
-    let s3 = client(&settings);
+    let s3 = support::s3_client(&settings);
     let prefix = support::unique_name("smoke");
     let key = format!("{prefix}/checkpoints/1.json");
     let body = br#"{"version":1}"#.to_vec();

@@ -6,14 +6,11 @@
 #[path = "../support/mod.rs"]
 pub mod support;
 
-use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::wait::{await_condition, conditions};
-use kube::{Client, CustomResourceExt};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -28,35 +25,12 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 pub const S3_SECRET: &str = "s3-credentials";
 
 pub async fn client() -> Client {
-    support::kubeconfig();
-    Client::try_default()
-        .await
-        .expect("a client from KUBECONFIG")
-}
-
-pub async fn install_crd(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = StatefulStreamJob::crd();
-    let name = crd.metadata.name.clone().unwrap();
-    crds.patch(
-        &name,
-        &PatchParams::apply("streamkeeper-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("the apiserver accepts the generated CRD");
-    tokio::time::timeout(
-        TIMEOUT,
-        await_condition(crds, &name, conditions::is_crd_established()),
-    )
-    .await
-    .expect("the CRD is established")
-    .expect("watching the CRD works");
+    support::kube_client().await
 }
 
 /// A fresh namespace with the CRD installed and the S3 credentials Secret.
 pub async fn namespace(client: &Client, prefix: &str) -> String {
-    install_crd(client).await;
+    support::install_crd(client).await;
     let name = support::unique_name(prefix);
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let namespace: Namespace =
@@ -160,21 +134,7 @@ pub async fn describe_topic(topic: &str) -> Option<(usize, BTreeMap<String, Stri
 }
 
 pub fn s3_client() -> aws_sdk_s3::Client {
-    let settings = support::s3_settings();
-    let config = aws_sdk_s3::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .endpoint_url(&settings.endpoint)
-        .region(Region::new(settings.region.clone()))
-        .force_path_style(true)
-        .credentials_provider(Credentials::new(
-            &settings.access_key,
-            &settings.secret_key,
-            None,
-            None,
-            "streamkeeper-tests",
-        ))
-        .build();
-    aws_sdk_s3::Client::from_conf(config)
+    support::s3_client(&support::s3_settings())
 }
 
 /// A job named `name` reading `input_topic`, with checkpoints under `prefix` in the test bucket.

@@ -2,7 +2,7 @@
 //! The services are started by the scripts in `tests/services/`; `tests/run.sh` starts them and
 //! exports these variables. A missing variable fails the test with the command that fixes it:
 //! a test against a real service is never silently skipped.
-#![allow(dead_code, clippy::panic)]
+#![allow(dead_code, clippy::panic, clippy::expect_used)]
 
 pub fn required_env(name: &str, started_by: &str) -> String {
     match std::env::var(name) {
@@ -48,4 +48,57 @@ pub fn unique_name(prefix: &str) -> String {
         .map(|d| d.as_nanos())
         .unwrap_or_default();
     format!("{prefix}-{}-{:x}", std::process::id(), nanos & 0xffff_ffff)
+}
+
+/// A client of the test apiserver named by `KUBECONFIG`.
+pub async fn kube_client() -> kube::Client {
+    kubeconfig();
+    kube::Client::try_default()
+        .await
+        .expect("a client from KUBECONFIG")
+}
+
+/// Applies the StatefulStreamJob CRD generated from the types and waits until it is Established.
+pub async fn install_crd(client: &kube::Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::CustomResourceExt;
+    use kube::api::{Api, Patch, PatchParams};
+    use kube::runtime::wait::{await_condition, conditions};
+
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = streamkeeper::api::StatefulStreamJob::crd();
+    let name = crd.metadata.name.clone().expect("the CRD has a name");
+    crds.patch(
+        &name,
+        &PatchParams::apply("streamkeeper-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("the apiserver accepts the generated CRD");
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        await_condition(crds, &name, conditions::is_crd_established()),
+    )
+    .await
+    .expect("the CRD becomes established within 30 s")
+    .expect("watching the CRD works");
+}
+
+/// An S3 client for the test server, path-style, with the test credentials.
+pub fn s3_client(settings: &S3Settings) -> aws_sdk_s3::Client {
+    use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+    let config = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(&settings.endpoint)
+        .region(Region::new(settings.region.clone()))
+        .force_path_style(true)
+        .credentials_provider(Credentials::new(
+            &settings.access_key,
+            &settings.secret_key,
+            None,
+            None,
+            "streamkeeper-tests",
+        ))
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
 }
