@@ -198,9 +198,9 @@ tasks = json.load(sys.stdin)["tasks"]
 for t in tasks:
     r = t.get("restore") or {}
     print("task %s: restored from %s: %s changelog records replayed, phase %s"
-          % (t["task"], r.get("source"), r.get("records_done", 0), t["phase"]))
+          % (t["task"], r.get("source"), r.get("recordsDone", 0), t["phase"]))
 print(json.dumps({"sources": sorted({(t.get("restore") or {}).get("source") for t in tasks} - {None}),
-                  "replayed": sum((t.get("restore") or {}).get("records_done", 0) for t in tasks)}))
+                  "replayed": sum((t.get("restore") or {}).get("recordsDone", 0) for t in tasks)}))
 PY
 )
   tasks_of "$1" | python3 -c "$script"

@@ -10,6 +10,5 @@ pub mod http;
 pub mod kafka_admin;
 pub mod leader;
 pub mod metrics;
-pub mod restore_request;
 pub mod retention;
 pub mod worker_client;

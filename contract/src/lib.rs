@@ -12,6 +12,8 @@ pub mod assignment;
 pub mod checkpoint_layout;
 pub mod duration;
 pub mod manifest;
+pub mod restore_request;
+pub mod task_report;
 pub mod version;
 pub mod worker_config;
 
@@ -19,5 +21,9 @@ pub use assignment::{AssignmentDocument, TaskAssignment};
 pub use checkpoint_layout::TaskPrefix;
 pub use duration::{DurationError, format_go_duration, parse_go_duration};
 pub use manifest::{CheckpointFile, CheckpointManifest};
+pub use restore_request::{
+    RESTORE_REQUEST_ENV, RestoreCheckpoint, RestoreReplaySource, RestoreRequestDocument,
+};
+pub use task_report::{TaskReport, TaskReportsDocument};
 pub use version::{FormatError, Versioned};
 pub use worker_config::WorkerConfig;

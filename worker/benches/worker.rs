@@ -114,8 +114,8 @@ fn restore_from_empty(job: &Job) -> Restore {
                 };
                 let restore = Restore {
                     seconds,
-                    records: sum("records_done"),
-                    bytes: sum("bytes_done"),
+                    records: sum("recordsDone"),
+                    bytes: sum("bytesDone"),
                 };
                 worker.terminate(Duration::from_secs(60));
                 return restore;

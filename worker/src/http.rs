@@ -12,6 +12,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use std::sync::Arc;
 use std::time::Duration;
+use streamkeeper_contract::TaskReportsDocument;
 
 /// How long `POST /v1/checkpoints` waits for durable checkpoints.
 const CHECKPOINT_REQUEST_LIMIT: Duration = Duration::from_secs(120);
@@ -63,7 +64,7 @@ async fn metrics_text(State(state): State<HttpState>) -> impl IntoResponse {
 }
 
 async fn tasks(State(state): State<HttpState>) -> impl IntoResponse {
-    axum::Json(serde_json::json!({ "version": 1, "tasks": state.board.snapshot() }))
+    axum::Json(TaskReportsDocument::new(state.board.snapshot()))
 }
 
 async fn checkpoint_now(State(state): State<HttpState>) -> impl IntoResponse {

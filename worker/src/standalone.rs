@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use streamkeeper_contract::WorkerConfig;
+use streamkeeper_contract::restore_request::RESTORE_REQUEST_ENV;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StandaloneError {
@@ -34,6 +35,8 @@ pub enum StandaloneError {
     Client(#[source] rdkafka::error::KafkaError),
     #[error("the partition discovery thread failed: {0}")]
     Discovery(#[source] tokio::task::JoinError),
+    #[error("{RESTORE_REQUEST_ENV} holds no valid restore request: {0}")]
+    RestoreRequest(#[source] streamkeeper_contract::FormatError),
 }
 
 pub fn run(config: WorkerConfig, share: TaskShare) -> Result<(), StandaloneError> {
@@ -51,7 +54,14 @@ async fn run_async(config: WorkerConfig, share: TaskShare) -> Result<(), Standal
     let board = TaskBoard::default();
     let checkpoints =
         CheckpointService::connect(Arc::clone(&config), metrics.clone(), board.clone()).await?;
+    let restore_request = crate::task::restore_request_from_env()
+        .map_err(StandaloneError::RestoreRequest)?
+        .map(Arc::new);
+    if let Some(request) = &restore_request {
+        tracing::info!(id = %request.id, checkpoint = ?request.checkpoint, source = ?request.source, "restore request handed over; each task applies it once");
+    }
     let context = WorkerContext {
+        restore_request,
         block_cache: BlockCache::new(config.state.rocksdb.block_cache_bytes),
         config,
         metrics,

@@ -169,7 +169,7 @@ async fn a_corrupt_object_falls_back_to_the_previous_checkpoint() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_chosen_checkpoint_replaces_valid_local_state() {
+async fn a_restore_request_replaces_valid_local_state_once() {
     let input = input_topic(1, 0..6_000).await;
     let mut job = Job::new("ckpt-chosen", &input, 1, count_processor()).await;
     job.enable_checkpoints(Duration::from_secs(3600), 5, None);
@@ -185,9 +185,10 @@ async fn a_chosen_checkpoint_replaces_valid_local_state() {
 
     // Valid local state is there, yet the operator asks for the older checkpoint.
     job.env
-        .push(("STREAMKEEPER_RESTORE_CHECKPOINT".into(), chosen.to_string()));
+        .push(restore_request("r1", &chosen.to_string(), "changelog"));
     let mut worker = job.start_listening(&address);
     wait_ready(&address, &mut worker, Duration::from_secs(120));
+    let applied = applied_restore_ids(&address);
     worker.terminate(Duration::from_secs(30));
     let log = worker.log();
     let installed = log
@@ -200,15 +201,35 @@ async fn a_chosen_checkpoint_replaces_valid_local_state() {
     );
     assert_eq!(
         replayed_records(&log),
-        changelog_records_from(&job, 0, chosen_offset),
-        "the changelog after the chosen checkpoint is replayed"
+        changelog_records_from(&job, 0, chosen_offset) - 1,
+        "the changelog after the chosen checkpoint is replayed (all but the marker written after)"
     );
-    assert!(job.local_state() == before, "the state ends where it was");
+    assert_eq!(
+        applied,
+        vec![Some("r1".to_string())],
+        "/v1/tasks reports it"
+    );
+    let mut after = job.local_state();
+    let marker = after.get_mut(&0).unwrap().remove(APPLIED_RESTORE_KEY);
+    assert_eq!(
+        marker.as_deref(),
+        Some(&b"r1"[..]),
+        "the state records the request"
+    );
+    assert!(after == before, "the state ends where it was");
+
+    // The same request again, even onto a wiped volume, is not applied a second time.
+    wipe_state(&job);
+    let mut worker = job.start_listening(&address);
+    wait_ready(&address, &mut worker, Duration::from_secs(120));
+    worker.terminate(Duration::from_secs(30));
+    let log = worker.log();
+    assert!(log.contains("restore request already applied"), "{log}");
+    assert!(!log.contains("applying restore request"), "{log}");
 
     // A checkpoint that does not exist stops the task with the reason, never a silent downgrade.
     job.env.pop();
-    job.env
-        .push(("STREAMKEEPER_RESTORE_CHECKPOINT".into(), "999".into()));
+    job.env.push(restore_request("r2", "999", "changelog"));
     let mut worker = job.start_listening(&address);
     wait_for(
         "the task to give the reason",
@@ -221,6 +242,135 @@ async fn a_chosen_checkpoint_replaces_valid_local_state() {
     );
     assert_ne!(http_get(&address, "/readyz").map(|(s, _)| s), Some(200));
     worker.kill9();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_changelog_stops_the_task_and_a_restore_from_the_input_rebuilds_it() {
+    const PARTITIONS: i32 = 2;
+    let input = input_topic(PARTITIONS, 0..8_000).await;
+    let mut job = Job::new("ckpt-input", &input, PARTITIONS, count_processor()).await;
+    job.enable_checkpoints(Duration::from_secs(3600), 5, None);
+    let address = format!("127.0.0.1:{}", free_port());
+    let mut worker = job.start_listening(&address);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    let checkpoints = checkpoint_now(&address);
+    let at_checkpoint = job.committed_offsets();
+    more_input(&job, 8_000..12_000);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    let before_loss = job.committed_offsets();
+    worker.terminate(Duration::from_secs(30));
+    let output_before = job.output();
+
+    recreate_topic(&job.config.kafka.changelog_topic, PARTITIONS, true).await;
+
+    // Local state ahead of the changelog: the task stops and says why, it does not guess.
+    let mut worker = job.start_listening(&address);
+    wait_for("the tasks to stop", Duration::from_secs(60), || {
+        task_reports(&address).iter().all(|t| {
+            t["phase"] == "Failed"
+                && t["reason"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("changelog lost")
+        })
+    });
+    assert_ne!(http_get(&address, "/readyz").map(|(s, _)| s), Some(200));
+    worker.kill9();
+
+    // The same with the volume gone: the newest checkpoint is ahead of the changelog.
+    wipe_state(&job);
+    let mut worker = job.start_listening(&address);
+    wait_for("the tasks to stop", Duration::from_secs(60), || {
+        worker.log().contains("task stopped: its changelog is gone")
+    });
+    worker.kill9();
+
+    job.env
+        .push(restore_request("rebuild-1", "latest", "input"));
+    let mut worker = job.start_listening(&address);
+    wait_ready(&address, &mut worker, Duration::from_secs(120));
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    let reports = task_reports(&address);
+    let mut reprocessed = 0;
+    for report in &reports {
+        assert_eq!(report["appliedRestoreId"], "rebuild-1", "{report}");
+        assert_eq!(report["restore"]["source"], "input", "{report}");
+        let task = report["task"].as_i64().unwrap() as i32;
+        let want = before_loss[&task] - at_checkpoint[&task];
+        assert_eq!(
+            report["restore"]["reprocessedInputRecords"].as_i64(),
+            Some(want),
+            "task {task}: the status says how much input is processed again"
+        );
+        reprocessed += want;
+    }
+    worker.terminate(Duration::from_secs(30));
+    assert_eq!(checkpoints.len(), PARTITIONS as usize);
+
+    // The state equals a run that never lost anything; the reprocessed input's output is there
+    // twice (the documented price of `source: input`).
+    let reference = Job::new("ckpt-input-ref", &input, PARTITIONS, count_processor()).await;
+    run_to_completion(&reference);
+    let mut got = job.local_state();
+    for entries in got.values_mut() {
+        assert_eq!(
+            entries.remove(APPLIED_RESTORE_KEY).as_deref(),
+            Some(&b"rebuild-1"[..])
+        );
+    }
+    assert!(
+        got == reference.local_state(),
+        "state differs from the reference"
+    );
+    let count = |output: &BTreeMap<i32, Vec<(String, String)>>| -> i64 {
+        output.values().map(|records| records.len() as i64).sum()
+    };
+    assert_eq!(
+        count(&job.output()),
+        count(&output_before) + reprocessed,
+        "the reprocessed input's output is emitted again, and nothing else"
+    );
+    let last_per_key = |output: BTreeMap<i32, Vec<(String, String)>>| -> BTreeMap<String, String> {
+        output.into_values().flatten().collect()
+    };
+    assert_eq!(
+        last_per_key(job.output()),
+        last_per_key(reference.output()),
+        "every key's newest output equals the reference's"
+    );
+
+    // The rebuilt changelog alone restores the same state, and the request is not applied again.
+    wipe_state(&job);
+    job.enable_checkpoints(Duration::from_secs(3600), 5, None);
+    let mut worker = job.start_listening(&address);
+    wait_ready(&address, &mut worker, Duration::from_secs(120));
+    worker.terminate(Duration::from_secs(30));
+    let log = worker.log();
+    assert!(log.contains("restore request already applied"), "{log}");
+    assert!(!log.contains("applying restore request"), "{log}");
+    let mut again = job.local_state();
+    for entries in again.values_mut() {
+        entries.remove(APPLIED_RESTORE_KEY);
+    }
+    assert!(
+        again == reference.local_state(),
+        "state after a second restore differs"
+    );
+}
+
+fn task_reports(address: &str) -> Vec<serde_json::Value> {
+    let Some((200, body)) = http_get(address, "/v1/tasks") else {
+        return Vec::new();
+    };
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    json["tasks"].as_array().cloned().unwrap_or_default()
+}
+
+fn applied_restore_ids(address: &str) -> Vec<Option<String>> {
+    task_reports(address)
+        .iter()
+        .map(|t| t["appliedRestoreId"].as_str().map(str::to_string))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -349,7 +499,7 @@ fn task_changelog_offsets(address: &str) -> BTreeMap<u32, i64> {
         .map(|t| {
             (
                 t["task"].as_u64().unwrap() as u32,
-                t["next_changelog_offset"].as_i64().unwrap(),
+                t["nextChangelogOffset"].as_i64().unwrap(),
             )
         })
         .collect()

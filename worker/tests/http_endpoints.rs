@@ -41,7 +41,7 @@ async fn endpoints_report_readiness_metrics_and_tasks() {
         assert_eq!(task["role"], "active");
         assert_eq!(task["phase"], "Running");
         assert_eq!(task["restore"]["phase"], "Done");
-        assert!(task["committed_transactions"].as_u64().unwrap() > 0);
+        assert!(task["committedTransactions"].as_u64().unwrap() > 0);
     }
 
     let (status, metrics) = http_get(&address, "/metrics").unwrap();

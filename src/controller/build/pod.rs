@@ -6,9 +6,6 @@ use crate::api::{PullPolicy, RestoreSource};
 use crate::controller::labels;
 use crate::controller::names;
 use crate::controller::validate::{RestorePoint, ValidatedJob};
-use crate::restore_request::{
-    RESTORE_REQUEST_ENV, RestoreCheckpoint, RestoreReplaySource, RestoreRequestDocument,
-};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
     EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector, PodAffinityTerm,
@@ -20,6 +17,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
 use streamkeeper_contract::Versioned;
+use streamkeeper_contract::restore_request::{
+    RESTORE_REQUEST_ENV, RestoreCheckpoint, RestoreReplaySource, RestoreRequestDocument,
+};
 
 /// Seconds a worker gets after SIGTERM: enough to finish the open transaction and hand off.
 pub const TERMINATION_GRACE_SECONDS: i64 = 60;

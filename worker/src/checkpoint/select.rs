@@ -39,6 +39,26 @@ pub fn candidates(
     usable
 }
 
+/// The manifests a restore from the input may start from, best first. The changelog plays no
+/// part (it may be a new, empty topic whose offsets say nothing about the old ones), so the
+/// newest written (highest sequence) comes first.
+pub fn for_input_replay(
+    manifests: Vec<CheckpointManifest>,
+    task: u32,
+    choice: Choice,
+) -> Vec<CheckpointManifest> {
+    let mut usable: Vec<CheckpointManifest> = manifests
+        .into_iter()
+        .filter(|m| m.task == task)
+        .filter(|m| match choice {
+            Choice::Newest => true,
+            Choice::Sequence(sequence) => m.sequence == sequence,
+        })
+        .collect();
+    usable.sort_by_key(|m| std::cmp::Reverse(m.sequence));
+    usable
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -94,5 +114,14 @@ mod tests {
         let got = candidates(list.clone(), 0, 0, 400, Choice::Sequence(1), |_| true);
         assert_eq!(sequences(&got), vec![1]);
         assert!(candidates(list, 0, 0, 400, Choice::Sequence(7), |_| true).is_empty());
+    }
+
+    #[test]
+    fn an_input_replay_ignores_the_changelog_and_prefers_the_newest_written() {
+        let list = vec![manifest(1, 900), manifest(3, 5), manifest(2, 700)];
+        let got = for_input_replay(list.clone(), 0, Choice::Newest);
+        assert_eq!(sequences(&got), vec![3, 2, 1]);
+        let got = for_input_replay(list, 0, Choice::Sequence(2));
+        assert_eq!(sequences(&got), vec![2]);
     }
 }

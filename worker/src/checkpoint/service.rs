@@ -6,7 +6,6 @@
 
 use super::error::CheckpointError;
 use super::s3::S3Storage;
-use super::select::Choice;
 use super::upload::{ManifestIdentity, Retention, Snapshot, TaskUploader, Uploaded, now_ms};
 use crate::metrics::{TaskLabel, WorkerMetrics};
 use crate::status::{CheckpointReport, TaskBoard};
@@ -38,7 +37,6 @@ pub struct CheckpointService {
     board: TaskBoard,
     retention: Retention,
     owner: String,
-    choice: Choice,
     tasks: Mutex<BTreeMap<u32, Arc<TaskSlot>>>,
 }
 
@@ -83,8 +81,7 @@ impl CheckpointService {
             .ok()
             .and_then(|v| v.parse().ok())
             .map_or(DEFAULT_GC_GRACE, Duration::from_secs);
-        let choice = restore_choice()?;
-        tracing::info!(bucket = %s3.bucket, prefix = %s3.prefix, endpoint = s3.endpoint.as_deref().unwrap_or("aws"), interval_seconds = config.checkpoint.interval.as_secs_f64(), retain = config.checkpoint.retain, gc_grace_seconds = grace.as_secs(), ?choice, "checkpoints to S3 enabled");
+        tracing::info!(bucket = %s3.bucket, prefix = %s3.prefix, endpoint = s3.endpoint.as_deref().unwrap_or("aws"), interval_seconds = config.checkpoint.interval.as_secs_f64(), retain = config.checkpoint.retain, gc_grace_seconds = grace.as_secs(), "checkpoints to S3 enabled");
         Ok(Some(Arc::new(Self {
             runtime: Handle::current(),
             storage,
@@ -93,7 +90,6 @@ impl CheckpointService {
                 grace,
             },
             owner: std::env::var("HOSTNAME").unwrap_or_else(|_| "standalone".into()),
-            choice,
             config,
             metrics,
             board,
@@ -107,10 +103,6 @@ impl CheckpointService {
 
     pub fn runtime(&self) -> &Handle {
         &self.runtime
-    }
-
-    pub fn choice(&self) -> Choice {
-        self.choice
     }
 
     pub fn prefix(&self, task: u32) -> TaskPrefix {
@@ -246,20 +238,6 @@ impl CheckpointService {
     }
 }
 
-/// `STREAMKEEPER_RESTORE_CHECKPOINT`: `latest` (or unset) for the usual restore order, or a
-/// checkpoint sequence number to restore exactly that one (the operator's `spec.restore`).
-fn restore_choice() -> Result<Choice, CheckpointError> {
-    match std::env::var("STREAMKEEPER_RESTORE_CHECKPOINT") {
-        Err(_) => Ok(Choice::Newest),
-        Ok(value) if value.trim().is_empty() || value.trim() == "latest" => Ok(Choice::Newest),
-        Ok(value) => value.trim().parse().map(Choice::Sequence).map_err(|_| {
-            CheckpointError::Internal(format!(
-                "STREAMKEEPER_RESTORE_CHECKPOINT must be `latest` or a sequence number, not {value:?}"
-            ))
-        }),
-    }
-}
-
 fn staging_root(state_dir: &Path, task: u32) -> PathBuf {
     state_dir
         .join(format!("task-{task}"))
@@ -274,6 +252,36 @@ pub struct TaskCheckpoints {
 }
 
 impl TaskCheckpoints {
+    /// Takes a checkpoint now and waits on this thread until it is durable or `limit` passes.
+    /// Used after a restore from the input: until then the newest checkpoint describes the
+    /// changelog before the restore.
+    pub fn checkpoint_and_wait(
+        &self,
+        store: &RocksStore,
+        limit: Duration,
+    ) -> Result<CheckpointReport, String> {
+        let (sender, mut receiver) = oneshot::channel();
+        if let Ok(mut waiters) = self.slot.waiters.lock() {
+            waiters.push(sender);
+        }
+        let deadline = Instant::now() + limit;
+        loop {
+            self.maybe_checkpoint(store);
+            match receiver.try_recv() {
+                Ok(answer) => return answer,
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    return Err("the checkpoint was dropped before it was durable".into());
+                }
+                Err(oneshot::error::TryRecvError::Empty) if Instant::now() >= deadline => {
+                    return Err(format!("no durable checkpoint within {}s", limit.as_secs()));
+                }
+                Err(oneshot::error::TryRecvError::Empty) => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+
     /// Called by the processing loop between records: when a checkpoint is due, takes the
     /// local RocksDB checkpoint (the only part that runs on the loop's thread) and hands it to
     /// the uploader.

@@ -14,6 +14,7 @@
 //! | `d` | dedup first-seen         | `d` key                               | `DedupState`   |
 //! | `x` | dedup expiry index       | `x` expiry(8, ordered) key            | `Marker`       |
 //! | `m` | task metadata            | `m` `stream_time`                     | time           |
+//! | `m` | applied restore request  | `m` `applied_restore`                 | request id     |
 
 use super::codec::StateCodecError;
 
@@ -27,6 +28,11 @@ pub const WINDOW: u8 = b'w';
 pub const DEDUP: u8 = b'd';
 /// Tag of the dedup expiry index.
 pub const EXPIRY: u8 = b'x';
+
+/// The key holding the id of the newest restore request applied to the state. Being state, it
+/// travels with the changelog and the checkpoints, so a request is applied once wherever the
+/// task is restored later.
+pub const APPLIED_RESTORE: &[u8] = b"mapplied_restore";
 
 /// The key holding the task's stream time (max event time seen).
 pub const STREAM_TIME: &[u8] = b"mstream_time";

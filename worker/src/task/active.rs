@@ -77,16 +77,7 @@ impl<'a> ActiveLoop<'a> {
     /// transaction is the truth; the state restored from the changelog matches it exactly.
     pub fn resume_input(&mut self, store: &mut RocksStore) -> Result<(), TaskError> {
         let topic = self.context.config.kafka.input_topic.as_str();
-        let mut wanted = TopicPartitionList::new();
-        wanted.add_partition(topic, self.partition);
-        let committed = self
-            .input
-            .committed_offsets(wanted, KAFKA_TIMEOUT)
-            .map_err(|e| TaskError::kafka("reading committed input offsets", e))?;
-        let offset = committed
-            .find_partition(topic, self.partition)
-            .and_then(|p| p.offset().to_raw())
-            .filter(|o| *o >= 0);
+        let offset = self.committed_input_offset()?;
         let start = match offset {
             Some(offset) => Offset::Offset(offset),
             None => Offset::Beginning,
@@ -178,7 +169,7 @@ impl<'a> ActiveLoop<'a> {
             .process(payload, self.partition, offset, &mut overlay);
         txn.changes = overlay.into_changes();
         txn.records += 1;
-        txn.next_input_offset = offset + 1;
+        txn.next_input_offset = Some(offset + 1);
         let label = TaskLabel { task: self.task };
         self.context
             .metrics
@@ -270,20 +261,22 @@ impl<'a> ActiveLoop<'a> {
             last_changelog = Some(self.send(record)?);
         }
         let changelog_records = txn.changes.len() as u64;
-        let mut offsets = TopicPartitionList::new();
-        offsets
-            .add_partition_offset(
-                &kafka.input_topic,
-                self.partition,
-                Offset::Offset(txn.next_input_offset),
-            )
-            .map_err(|e| TaskError::kafka("building the offsets", e))?;
-        let group = self.input.group_metadata().ok_or_else(|| {
-            TaskError::Internal("the input consumer has no group metadata".into())
-        })?;
-        self.producer
-            .send_offsets_to_transaction(&offsets, &group, KAFKA_TIMEOUT)
-            .map_err(|e| TaskError::kafka("send_offsets_to_transaction", e))?;
+        if let Some(next_input_offset) = txn.next_input_offset {
+            let mut offsets = TopicPartitionList::new();
+            offsets
+                .add_partition_offset(
+                    &kafka.input_topic,
+                    self.partition,
+                    Offset::Offset(next_input_offset),
+                )
+                .map_err(|e| TaskError::kafka("building the offsets", e))?;
+            let group = self.input.group_metadata().ok_or_else(|| {
+                TaskError::Internal("the input consumer has no group metadata".into())
+            })?;
+            self.producer
+                .send_offsets_to_transaction(&offsets, &group, KAFKA_TIMEOUT)
+                .map_err(|e| TaskError::kafka("send_offsets_to_transaction", e))?;
+        }
         self.producer
             .commit_transaction(KAFKA_TIMEOUT)
             .map_err(|e| TaskError::kafka("commit_transaction", e))?;
@@ -292,7 +285,9 @@ impl<'a> ActiveLoop<'a> {
         let mut meta = store
             .metadata()
             .unwrap_or_else(|| TaskMetadata::initial(self.task));
-        meta.next_input_offset = txn.next_input_offset;
+        if let Some(next_input_offset) = txn.next_input_offset {
+            meta.next_input_offset = next_input_offset;
+        }
         if let Some(future) = last_changelog {
             let delivery = futures::executor::block_on(future)
                 .map_err(|_| TaskError::Internal("changelog delivery report lost".into()))?
@@ -321,6 +316,40 @@ impl<'a> ActiveLoop<'a> {
             r.next_changelog_offset = Some(meta.next_changelog_offset);
         });
         Ok(())
+    }
+
+    /// Commits `changes` in one Kafka transaction that consumes no input, then applies them to
+    /// local state; with `input_offset` the transaction also moves the committed input position
+    /// there. A restore request records itself, and a restore from the input rewrites the
+    /// changelog, this way.
+    pub fn commit_changes(
+        &self,
+        store: &mut RocksStore,
+        changes: ChangeSet,
+        input_offset: Option<i64>,
+    ) -> Result<(), TaskError> {
+        self.producer
+            .begin_transaction()
+            .map_err(|e| TaskError::kafka("begin_transaction", e))?;
+        let mut txn = Transaction::new();
+        txn.changes = changes;
+        txn.next_input_offset = input_offset;
+        self.commit(store, txn)
+    }
+
+    /// The committed input position of this task's partition, if any.
+    pub fn committed_input_offset(&self) -> Result<Option<i64>, TaskError> {
+        let topic = self.context.config.kafka.input_topic.as_str();
+        let mut wanted = TopicPartitionList::new();
+        wanted.add_partition(topic, self.partition);
+        let committed = self
+            .input
+            .committed_offsets(wanted, KAFKA_TIMEOUT)
+            .map_err(|e| TaskError::kafka("reading committed input offsets", e))?;
+        Ok(committed
+            .find_partition(topic, self.partition)
+            .and_then(|p| p.offset().to_raw())
+            .filter(|o| *o >= 0))
     }
 
     /// Sends a record, waiting for room in the producer queue rather than failing.
@@ -366,7 +395,8 @@ impl<'a> ActiveLoop<'a> {
 struct Transaction {
     started: Instant,
     records: u32,
-    next_input_offset: i64,
+    /// Where the input resumes after this transaction; `None` when it consumed no input.
+    next_input_offset: Option<i64>,
     changes: ChangeSet,
     pending: Vec<DeliveryFuture>,
 }
@@ -376,7 +406,7 @@ impl Transaction {
         Self {
             started: Instant::now(),
             records: 0,
-            next_input_offset: 0,
+            next_input_offset: None,
             changes: ChangeSet::new(),
             pending: Vec::new(),
         }

@@ -25,6 +25,10 @@ pub enum TaskError {
     Changelog(String),
     #[error("checkpoint restore: {0}")]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    /// The changelog holds less than the task's state says it wrote (the topic was deleted or
+    /// recreated). The task never guesses: only a restore request with `source: input` goes on.
+    #[error("changelog lost: {0}")]
+    ChangelogLost(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -57,6 +61,7 @@ impl TaskError {
             TaskError::Setup(_) => "setup",
             TaskError::Changelog(_) => "changelog",
             TaskError::Checkpoint(_) => "checkpoint",
+            TaskError::ChangelogLost(_) => "changelog_lost",
             TaskError::Internal(_) => "internal",
         }
     }

@@ -1,14 +1,16 @@
 //! One active task = one input partition, run on its own thread: restore its state, then the
 //! exactly-once processing loop. The supervisor here retries failures with backoff from a
 //! consistent point (the store only ever holds committed state) and stops for good only when
-//! the task is fenced or the worker shuts down.
+//! the task is fenced, its changelog is lost, or the worker shuts down.
 
 mod active;
 mod error;
+mod requested_restore;
 mod restore;
 mod restore_checkpoint;
 
 pub use error::TaskError;
+pub use requested_restore::restore_request_from_env;
 
 use crate::checkpoint::CheckpointService;
 use crate::metrics::WorkerMetrics;
@@ -18,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use streamkeeper_contract::WorkerConfig;
+use streamkeeper_contract::restore_request::RestoreRequestDocument;
 
 /// What every task of this worker shares.
 #[derive(Clone, Debug)]
@@ -31,6 +34,8 @@ pub struct WorkerContext {
     pub block_cache: BlockCache,
     /// Checkpoints to S3; `None` when the config has no S3 settings.
     pub checkpoints: Option<Arc<CheckpointService>>,
+    /// The restore request the operator handed to this worker (`spec.restore`), if any.
+    pub restore_request: Option<Arc<RestoreRequestDocument>>,
 }
 
 impl WorkerContext {
@@ -62,6 +67,12 @@ pub fn run_active_task(context: WorkerContext, task: u32) {
     while !context.shutting_down() {
         match run_once(&context, task, &mut store, &mut phase) {
             Ok(()) => break,
+            Err(TaskError::ChangelogLost(reason)) => {
+                context.metrics.task_error(task, "changelog_lost");
+                tracing::error!(task, %reason, "task stopped: its changelog is gone");
+                phase.enter(TaskPhase::Failed, Some(format!("changelog lost: {reason}")));
+                return;
+            }
             Err(TaskError::Fenced(reason)) => {
                 if let Some(service) = &context.checkpoints {
                     service.task(task).set_fenced();
@@ -121,7 +132,7 @@ fn run_once(
         .checkpoints
         .as_ref()
         .map(|service| service.task(task));
-    restore::restore_from_changelog(context, task, store, outcome, &loop_.restore_consumer()?)?;
+    requested_restore::restore_task(context, task, store, outcome, &loop_)?;
     loop_.resume_input(store)?;
     phase.enter(TaskPhase::Running, None);
     loop_.run(store, checkpoints.as_ref())

@@ -9,7 +9,7 @@ use crate::checkpoint::select::Choice;
 use crate::failpoint;
 use crate::metrics::TaskLabel;
 use crate::status::DownloadProgress;
-use crate::status::{RestorePhase, RestoreProgress};
+use crate::status::{RestorePhase, RestoreProgress, RestoreSource};
 use crate::store::{ChangeSet, OpenOutcome, RocksStore, StateStore, TaskMetadata};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -19,6 +19,16 @@ use std::time::{Duration, Instant};
 const BATCH_RECORDS: usize = 20_000;
 const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Where a restore starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestorePlan {
+    /// Valid local state, else the newest usable checkpoint, else the whole changelog.
+    Usual,
+    /// The given checkpoint whatever the local state holds (a restore request); a chosen
+    /// sequence never falls back to another checkpoint.
+    Checkpoint(Choice),
+}
+
 /// Brings `store` up to the end of the changelog. Returns the number of records replayed.
 pub fn restore_from_changelog(
     context: &WorkerContext,
@@ -26,6 +36,7 @@ pub fn restore_from_changelog(
     store: &mut RocksStore,
     outcome: OpenOutcome,
     consumer: &BaseConsumer,
+    plan: RestorePlan,
 ) -> Result<u64, TaskError> {
     let topic = context.config.kafka.changelog_topic.as_str();
     let partition = partition_of(task)?;
@@ -34,13 +45,22 @@ pub fn restore_from_changelog(
     let (low, high) = consumer
         .fetch_watermarks(topic, partition, TIMEOUT)
         .map_err(|e| TaskError::kafka("reading changelog watermarks", e))?;
-    let chosen = context
-        .checkpoints
-        .as_ref()
-        .is_some_and(|c| matches!(c.choice(), Choice::Sequence(_)));
+    let (chosen, choice) = match plan {
+        RestorePlan::Usual => (false, Choice::Newest),
+        RestorePlan::Checkpoint(choice) => (true, choice),
+    };
+    if let OpenOutcome::Valid(meta) | OpenOutcome::Interrupted(meta) = &outcome
+        && meta.next_changelog_offset > high
+        && !chosen
+    {
+        return Err(TaskError::ChangelogLost(format!(
+            "task {task}'s local state includes changelog offsets up to {}, but {topic} partition {partition} ends at {high}: the topic was deleted or recreated; restore with spec.restore.source: input",
+            meta.next_changelog_offset
+        )));
+    }
     let mut retention = RetentionLookup::new(context, topic);
     let local = match &outcome {
-        // A chosen checkpoint (`spec.restore`) replaces local state whatever it holds.
+        // A restore request replaces local state whatever it holds.
         _ if chosen => None,
         OpenOutcome::Valid(meta) | OpenOutcome::Interrupted(meta)
             if meta.next_changelog_offset >= low
@@ -60,7 +80,7 @@ pub fn restore_from_changelog(
         _ => None,
     };
     let (start, source) = match local {
-        Some(offset) => (offset, "local"),
+        Some(offset) => (offset, RestoreSource::Local),
         None => {
             if !matches!(outcome, OpenOutcome::Empty) {
                 tracing::warn!(task, outcome = ?outcome, low, high, chosen, "local state unusable for a delta replay");
@@ -70,17 +90,18 @@ pub fn restore_from_changelog(
                 task,
                 store,
                 (low, high),
+                choice,
                 &mut progress,
                 &mut retention,
             )?;
             match restored {
-                Some(meta) => (meta.next_changelog_offset, "checkpoint"),
+                Some(meta) => (meta.next_changelog_offset, RestoreSource::Checkpoint),
                 None => {
                     if !matches!(outcome, OpenOutcome::Empty) || store.metadata().is_some() {
                         tracing::warn!(task, low, high, "rebuilding from the whole changelog");
                         store.wipe()?;
                     }
-                    (low, "empty")
+                    (low, RestoreSource::Empty)
                 }
             }
         }
@@ -88,7 +109,7 @@ pub fn restore_from_changelog(
     let total = u64::try_from(high - start).unwrap_or(0);
     tracing::info!(
         task,
-        source,
+        ?source,
         start,
         end = high,
         records_to_replay = total,
@@ -180,7 +201,8 @@ pub(super) fn partition_of(task: u32) -> Result<i32, TaskError> {
 pub(super) struct Progress<'a> {
     context: &'a WorkerContext,
     task: u32,
-    source: &'static str,
+    source: RestoreSource,
+    reprocessed_input_records: Option<u64>,
     total: u64,
     records_done: u64,
     reported_records: u64,
@@ -194,11 +216,12 @@ pub(super) struct Progress<'a> {
 }
 
 impl<'a> Progress<'a> {
-    fn new(context: &'a WorkerContext, task: u32) -> Self {
+    pub(super) fn new(context: &'a WorkerContext, task: u32) -> Self {
         Self {
             context,
             task,
-            source: "unknown",
+            source: RestoreSource::Unknown,
+            reprocessed_input_records: None,
             total: 0,
             records_done: 0,
             reported_records: 0,
@@ -272,7 +295,7 @@ impl<'a> Progress<'a> {
     }
 
     /// Discovery is over: what the replay starts from and how many offsets it covers.
-    pub(super) fn start_replay(&mut self, source: &'static str, total: u64) {
+    pub(super) fn start_replay(&mut self, source: RestoreSource, total: u64) {
         self.source = source;
         self.total = total;
         self.started = Instant::now();
@@ -281,6 +304,17 @@ impl<'a> Progress<'a> {
             .restore_records_total
             .get_or_create(&TaskLabel { task: self.task })
             .set(i64::try_from(total).unwrap_or(i64::MAX));
+    }
+
+    /// A restore from the input: how many input records will be processed a second time.
+    pub(super) fn set_reprocessed_input_records(&mut self, records: Option<u64>) {
+        self.reprocessed_input_records = records;
+    }
+
+    /// Records and bytes written since the last report.
+    pub(super) fn add_done(&mut self, records: u64, bytes: u64) {
+        self.records_done += records;
+        self.bytes_done += bytes;
     }
 
     pub(super) fn report(&mut self, phase: RestorePhase) {
@@ -319,6 +353,7 @@ impl<'a> Progress<'a> {
             records_per_second: rate,
             eta_seconds: eta,
             download: self.download.clone(),
+            reprocessed_input_records: self.reprocessed_input_records,
         };
         let log_due =
             self.last_log.elapsed() >= Duration::from_secs(5) && phase != RestorePhase::Download;

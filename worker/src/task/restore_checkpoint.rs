@@ -2,8 +2,12 @@
 //! first (`checkpoint::select`), download one with every checksum verified (the Download
 //! phase), and install it as the local state. A missing or corrupt object falls back to the
 //! previous checkpoint with a warning and `streamkeeper_checkpoint_fallbacks_total`; when no
-//! checkpoint is usable the caller rebuilds from the whole changelog. A chosen checkpoint
-//! (`STREAMKEEPER_RESTORE_CHECKPOINT`) never falls back: the task fails with the reason.
+//! checkpoint is usable the caller rebuilds from the whole changelog. A checkpoint chosen by
+//! sequence (a restore request) never falls back: the task fails with the reason.
+//!
+//! The newest manifest written names a changelog offset past the changelog's end only when the
+//! topic was deleted or recreated; the restore then stops instead of rebuilding from what is
+//! left (see [`TaskError::ChangelogLost`]).
 
 use super::restore::{Progress, RetentionLookup, delta_is_exact, now_ms};
 use super::{TaskError, WorkerContext};
@@ -15,6 +19,7 @@ use crate::store::{OpenOutcome, RocksStore, TaskMetadata};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use streamkeeper_contract::CheckpointManifest;
 
 /// Installs the best usable checkpoint into `store`. `None`: no checkpoint could be used.
 pub(super) fn from_checkpoints(
@@ -22,13 +27,13 @@ pub(super) fn from_checkpoints(
     task: u32,
     store: &mut RocksStore,
     (low, high): (i64, i64),
+    choice: Choice,
     progress: &mut Progress<'_>,
     retention: &mut RetentionLookup<'_>,
 ) -> Result<Option<TaskMetadata>, TaskError> {
     let Some(service) = context.checkpoints.as_ref() else {
         return Ok(None);
     };
-    let choice = service.choice();
     let runtime = service.runtime().clone();
     let prefix = service.prefix(task);
     let manifests = match runtime.block_on(list_manifests(service.storage(), &prefix)) {
@@ -40,6 +45,14 @@ pub(super) fn from_checkpoints(
             return Ok(None);
         }
     };
+    if let Some(newest) = manifests.iter().max_by_key(|m| m.sequence)
+        && newest.changelog_offset > high
+    {
+        return Err(TaskError::ChangelogLost(format!(
+            "task {task}'s newest checkpoint {} includes changelog offsets up to {}, but the changelog ends at {high}: the topic was deleted or recreated; restore with spec.restore.source: input",
+            newest.sequence, newest.changelog_offset
+        )));
+    }
     let listed = manifests.len();
     let needs_rule = manifests
         .iter()
@@ -67,6 +80,26 @@ pub(super) fn from_checkpoints(
         }
         return Ok(None);
     }
+    Ok(
+        install_first_usable(context, task, store, candidates, choice, progress)?
+            .map(|(meta, _)| meta),
+    )
+}
+
+/// Downloads and installs the first of `candidates` that verifies, falling back to the next
+/// one on a bad object or manifest unless `choice` names one sequence. `None`: none was usable.
+pub(super) fn install_first_usable(
+    context: &WorkerContext,
+    task: u32,
+    store: &mut RocksStore,
+    candidates: Vec<CheckpointManifest>,
+    choice: Choice,
+    progress: &mut Progress<'_>,
+) -> Result<Option<(TaskMetadata, CheckpointManifest)>, TaskError> {
+    let Some(service) = context.checkpoints.as_ref() else {
+        return Ok(None);
+    };
+    let runtime = service.runtime().clone();
     let download_dir = context
         .config
         .state
@@ -110,7 +143,7 @@ pub(super) fn from_checkpoints(
                     bytes = manifest.total_bytes(),
                     "restore: checkpoint installed"
                 );
-                return Ok(Some(meta));
+                return Ok(Some((meta, manifest)));
             }
             Err(
                 error @ (CheckpointError::BadObject { .. } | CheckpointError::BadManifest { .. }),
@@ -137,7 +170,7 @@ pub(super) fn from_checkpoints(
 fn install(
     store: &mut RocksStore,
     dir: &std::path::Path,
-    manifest: &streamkeeper_contract::CheckpointManifest,
+    manifest: &CheckpointManifest,
 ) -> Result<TaskMetadata, CheckpointError> {
     let bad = |reason: String| CheckpointError::BadManifest {
         key: format!("checkpoint {}", manifest.sequence),

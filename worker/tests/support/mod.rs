@@ -90,6 +90,58 @@ pub async fn create_topic(name: &str, partitions: i32, compacted: bool) {
     }
 }
 
+/// Deletes `name` and creates it again, empty (as after an accident with a changelog topic).
+pub async fn recreate_topic(name: &str, partitions: i32, compacted: bool) {
+    for result in admin()
+        .delete_topics(
+            &[name],
+            &AdminOptions::new().operation_timeout(Some(TIMEOUT)),
+        )
+        .await
+        .unwrap()
+    {
+        result.unwrap_or_else(|(t, e)| panic!("deleting {t}: {e}"));
+    }
+    // Deletion finishes in the background; creating again succeeds once it has.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        if compacted {
+            topic = topic.set("cleanup.policy", "compact");
+        }
+        let results = admin()
+            .create_topics(
+                [&topic],
+                &AdminOptions::new().operation_timeout(Some(TIMEOUT)),
+            )
+            .await
+            .unwrap();
+        match results.into_iter().next().unwrap() {
+            Ok(_) => return,
+            Err((_, error)) if Instant::now() < deadline => {
+                eprintln!("{name} not re-created yet: {error}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err((topic, error)) => panic!("re-creating {topic}: {error}"),
+        }
+    }
+}
+
+/// The `STREAMKEEPER_RESTORE_REQUEST` document the operator hands to the workers.
+pub fn restore_request(id: &str, checkpoint: &str, source: &str) -> (String, String) {
+    let checkpoint = match checkpoint.parse::<u64>() {
+        Ok(sequence) => serde_json::json!({ "sequence": sequence }),
+        Err(_) => serde_json::json!(checkpoint),
+    };
+    let document = serde_json::json!({
+        "version": 1, "id": id, "checkpoint": checkpoint, "source": source,
+    });
+    ("STREAMKEEPER_RESTORE_REQUEST".into(), document.to_string())
+}
+
+/// The applied-restore marker's key in the state (see the worker's `processor::keys`).
+pub const APPLIED_RESTORE_KEY: &[u8] = b"mapplied_restore";
+
 pub fn producer() -> ThreadedProducer<DefaultProducerContext> {
     ClientConfig::new()
         .set("bootstrap.servers", bootstrap())

@@ -1,10 +1,5 @@
 //! A restore on request, as the operator hands it to the workers.
 //!
-//! This is a format shared with the worker and belongs in `streamkeeper-contract`; it lives here
-//! for now only because the shared build directory made a concurrent contract change collide
-//! with other branches' builds. Moving it is a plain file move (it depends only on the
-//! contract's `Versioned`).
-//!
 //! The operator puts this document (JSON) in the pod template annotation
 //! `streamkeeper.dev/restore`, and the pod template passes that annotation to the worker as the
 //! environment variable [`RESTORE_REQUEST_ENV`] (downward API). Changing it changes the template,
@@ -17,8 +12,8 @@
 //! replay from `source` (`changelog`: exact; `input`: reprocess the input from the checkpoint's
 //! input offset), then record the id so a later restart does a normal restore again.
 
+use crate::{FormatError, Versioned};
 use serde::{Deserialize, Serialize};
-use streamkeeper_contract::{FormatError, Versioned};
 
 /// Environment variable of the worker container holding the JSON document (absent: no request).
 pub const RESTORE_REQUEST_ENV: &str = "STREAMKEEPER_RESTORE_REQUEST";

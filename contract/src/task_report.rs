@@ -1,0 +1,244 @@
+//! The worker's answer to `GET /v1/tasks`: what each task it hosts is doing. The operator reads
+//! it into the job's status (per-task owner, phase, restore progress, `readyTasks`), and people
+//! read it with `curl` while a restore runs.
+//!
+//! Task phases: Created → Restoring → Running → (Suspended | Fenced), with Failed when a task
+//! gives up and Stopped after a graceful shutdown. Restore phases: Discovery → (Download) →
+//! Replay → CatchUp → Done.
+
+use crate::{FormatError, Versioned};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TaskReportsDocument {
+    pub version: u32,
+    /// One report per task the worker hosts, by task number.
+    pub tasks: Vec<TaskReport>,
+}
+
+impl TaskReportsDocument {
+    pub fn new(tasks: Vec<TaskReport>) -> Self {
+        Self {
+            version: Self::VERSION,
+            tasks,
+        }
+    }
+}
+
+impl Versioned for TaskReportsDocument {
+    const FORMAT: &'static str = "task reports";
+    const VERSION: u32 = 1;
+
+    fn version(&self) -> u32 {
+        self.version
+    }
+
+    fn check(&self) -> Result<(), FormatError> {
+        let mut seen = std::collections::BTreeSet::new();
+        for report in &self.tasks {
+            if !seen.insert((report.task, report.role)) {
+                return Err(FormatError::InvalidField {
+                    format: Self::FORMAT,
+                    field: "tasks".into(),
+                    reason: format!(
+                        "task {} is reported twice as {:?}",
+                        report.task, report.role
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskPhase {
+    Created,
+    Restoring,
+    Running,
+    Suspended,
+    Fenced,
+    Stopped,
+    Failed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RestorePhase {
+    Discovery,
+    Download,
+    Replay,
+    CatchUp,
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskRole {
+    Active,
+    Standby,
+}
+
+/// What a restore started from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RestoreSource {
+    /// Not decided yet (Discovery).
+    Unknown,
+    /// The task's local state, plus the changelog after it.
+    Local,
+    /// An S3 checkpoint, plus the changelog after it.
+    Checkpoint,
+    /// Nothing: the whole changelog.
+    Empty,
+    /// An S3 checkpoint, then the input reprocessed from the checkpoint's input offset
+    /// (`spec.restore.source: input`); output after that offset is emitted again.
+    Input,
+}
+
+/// Progress of a restore.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RestoreProgress {
+    pub phase: RestorePhase,
+    pub source: RestoreSource,
+    pub records_done: u64,
+    pub records_total: u64,
+    pub bytes_done: u64,
+    pub records_per_second: f64,
+    pub eta_seconds: Option<f64>,
+    /// The checkpoint download, when the restore started from an S3 checkpoint.
+    pub download: Option<DownloadProgress>,
+    /// Input records that will be processed a second time, so their output is emitted again
+    /// (a restore from the input only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reprocessed_input_records: Option<u64>,
+}
+
+/// Progress of a checkpoint download (the Download restore phase).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DownloadProgress {
+    pub checkpoint_sequence: u64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    pub bytes_per_second: f64,
+    pub eta_seconds: Option<f64>,
+}
+
+/// The newest durable checkpoint of a task (also the answer of `POST /v1/checkpoints`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CheckpointReport {
+    pub sequence: u64,
+    pub created_at_ms: u64,
+    pub input_offset: i64,
+    pub changelog_offset: i64,
+    pub total_bytes: u64,
+    /// Bytes this checkpoint had to upload (objects not already in S3).
+    pub uploaded_bytes: u64,
+    pub files: usize,
+    pub uploaded_files: usize,
+    /// From the local RocksDB checkpoint to the durable manifest.
+    pub seconds: f64,
+}
+
+/// One task's report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TaskReport {
+    pub task: u32,
+    pub role: TaskRole,
+    pub phase: TaskPhase,
+    /// Why the task is in its phase, when that needs saying (fenced, failed, retrying).
+    pub reason: Option<String>,
+    pub next_input_offset: Option<i64>,
+    pub next_changelog_offset: Option<i64>,
+    pub input_lag: Option<i64>,
+    pub committed_transactions: u64,
+    pub restore: Option<RestoreProgress>,
+    pub last_checkpoint: Option<CheckpointReport>,
+    /// The id of the newest restore request (`spec.restore.id`) this task's state has applied.
+    pub applied_restore_id: Option<String>,
+}
+
+impl TaskReport {
+    pub fn new(task: u32, role: TaskRole) -> Self {
+        Self {
+            task,
+            role,
+            phase: TaskPhase::Created,
+            reason: None,
+            next_input_offset: None,
+            next_changelog_offset: None,
+            input_lag: None,
+            committed_transactions: 0,
+            restore: None,
+            last_checkpoint: None,
+            applied_restore_id: None,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn restoring_task() -> TaskReport {
+        TaskReport {
+            phase: TaskPhase::Restoring,
+            next_input_offset: Some(120),
+            restore: Some(RestoreProgress {
+                phase: RestorePhase::Download,
+                source: RestoreSource::Checkpoint,
+                records_done: 0,
+                records_total: 0,
+                bytes_done: 1 << 20,
+                records_per_second: 0.0,
+                eta_seconds: None,
+                download: Some(DownloadProgress {
+                    checkpoint_sequence: 7,
+                    bytes_done: 1 << 20,
+                    bytes_total: 4 << 20,
+                    bytes_per_second: 2e6,
+                    eta_seconds: Some(1.5),
+                }),
+                reprocessed_input_records: None,
+            }),
+            applied_restore_id: Some("incident-3".into()),
+            ..TaskReport::new(2, TaskRole::Active)
+        }
+    }
+
+    #[test]
+    fn round_trips_with_camel_case_fields() {
+        let document = TaskReportsDocument::new(vec![
+            restoring_task(),
+            TaskReport::new(3, TaskRole::Standby),
+        ]);
+        let bytes = document.to_json();
+        assert_eq!(TaskReportsDocument::from_json(&bytes).unwrap(), document);
+        let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let task = &value["tasks"][0];
+        assert_eq!(task["phase"], "Restoring");
+        assert_eq!(task["role"], "active");
+        assert_eq!(task["nextInputOffset"], 120);
+        assert_eq!(task["appliedRestoreId"], "incident-3");
+        assert_eq!(task["restore"]["source"], "checkpoint");
+        assert_eq!(task["restore"]["download"]["bytesTotal"], 4 << 20);
+    }
+
+    #[test]
+    fn refuses_a_newer_version_and_a_task_reported_twice() {
+        let newer = br#"{"version":2,"tasks":[]}"#;
+        let error = TaskReportsDocument::from_json(newer).unwrap_err();
+        assert!(error.to_string().contains("version 2"), "{error}");
+        let twice = TaskReportsDocument::new(vec![
+            TaskReport::new(1, TaskRole::Active),
+            TaskReport::new(1, TaskRole::Active),
+        ]);
+        let error = TaskReportsDocument::from_json(&twice.to_json()).unwrap_err();
+        assert!(error.to_string().contains("task 1"), "{error}");
+    }
+}
