@@ -438,7 +438,9 @@ async fn suspend_resume_restart_nonce_and_restore() {
     )
     .await;
 
-    // restore: the request reaches the pod template, pods are replaced, the id is recorded.
+    // restore: the request reaches the pod template and pods are replaced. No worker runs here,
+    // so no task reports having applied it: the restore stays in progress and is not recorded
+    // (tests/operator_workers.rs sees it through with running workers).
     patch_spec(
         &s.jobs,
         name,
@@ -446,25 +448,38 @@ async fn suspend_resume_restart_nonce_and_restore() {
     )
     .await;
     let jobs = s.jobs.clone();
-    reconcile_until(&ctx, &s.jobs, name, "restore handled", async || {
-        let job = jobs.get(name).await.unwrap();
-        job.status.and_then(|s| s.last_restore_id).as_deref() == Some("incident-1")
-    })
+    reconcile_until(
+        &ctx,
+        &s.jobs,
+        name,
+        "restore handed to the pods",
+        async || {
+            let job = jobs.get(name).await.unwrap();
+            let restoring = condition(&job, "Restoring");
+            let now = pods(&client, &namespace).await;
+            restoring.reason == "RestoreApplying"
+                && now.len() == 2
+                && now.iter().all(|pod| {
+                    pod.annotations()
+                        .get("streamkeeper.dev/restore")
+                        .is_some_and(|request| request.contains("\"id\":\"incident-1\""))
+                })
+        },
+    )
     .await;
-    for pod in pods(&s.client, &s.namespace).await {
-        let request = pod
-            .annotations()
-            .get("streamkeeper.dev/restore")
-            .cloned()
-            .unwrap_or_default();
-        assert!(
-            request.contains("\"id\":\"incident-1\""),
-            "{}: {request}",
-            pod.name_any()
-        );
-    }
     let job = s.jobs.get(name).await.unwrap();
-    assert_eq!(condition(&job, "Restoring").reason, "RestoreDone");
+    let restoring = condition(&job, "Restoring");
+    assert_eq!(restoring.status, "True");
+    assert!(
+        restoring.message.contains("0/3 tasks have applied it"),
+        "{}",
+        restoring.message
+    );
+    assert_eq!(job.status.as_ref().unwrap().last_restore_id, None);
+    assert_eq!(
+        job.status.as_ref().unwrap().ready_tasks.as_deref(),
+        Some("0/3")
+    );
 
     // suspend: scaled to zero; no worker answers here, so the condition says so.
     patch_spec(&s.jobs, name, serde_json::json!({"suspend": true})).await;

@@ -85,9 +85,13 @@ pub struct TaskStatus {
     /// Pods keeping a warm standby copy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub standbys: Vec<String>,
-    /// Task phase as the owner reports it (Created, Restoring, Running, Suspended, Fenced).
+    /// Task phase as the owner reports it (Created, Restoring, Running, Suspended, Fenced,
+    /// Failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// Why the task is in its phase, when that needs saying (retrying, failed, no owner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Records the task's input is behind the partition end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_lag: Option<i64>,
@@ -97,6 +101,9 @@ pub struct TaskStatus {
     /// Newest durable checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_checkpoint: Option<TaskCheckpoint>,
+    /// Id of the newest restore request (`spec.restore.id`) the task's state has applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_restore_id: Option<String>,
 }
 
 /// Progress of a restore.
@@ -105,6 +112,9 @@ pub struct TaskStatus {
 pub struct RestoreProgress {
     /// Discovery, Download, Replay, CatchUp or Done.
     pub phase: String,
+    /// What the restore started from: local, checkpoint, empty (the whole changelog) or input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     pub records_done: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub records_total: Option<i64>,
@@ -116,6 +126,10 @@ pub struct RestoreProgress {
     pub records_per_second: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eta_seconds: Option<i64>,
+    /// A restore from the input: input records processed a second time, whose output is
+    /// therefore emitted again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reprocessed_input_records: Option<i64>,
 }
 
 /// A durable checkpoint of a task.

@@ -71,6 +71,7 @@ pub mod reasons {
     pub const RESTORE_REQUESTED: &str = "RestoreRequested";
     pub const RESTORE_DONE: &str = "RestoreDone";
     pub const RESTORE_ROLLING_OUT: &str = "RestoreRollingOut";
+    pub const RESTORE_APPLYING: &str = "RestoreApplying";
     pub const NO_RESTORE: &str = "NoRestore";
     // Events of operations
     pub const PODS_RESTARTED: &str = "PodsRestarted";

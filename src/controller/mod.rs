@@ -23,6 +23,7 @@ pub mod operations;
 pub mod reconcile;
 pub mod run;
 pub mod status;
+pub mod task_status;
 pub mod update_status;
 pub mod validate;
 

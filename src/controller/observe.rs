@@ -1,6 +1,7 @@
-//! Reading the facts a job's recoverability depends on: each task's newest checkpoint (from
-//! the S3 manifests) and the input partitions' log-start offsets (from Kafka), judged by the
-//! pure rules of [`crate::retention`] into `CheckpointStale` and `RecoveryGap`.
+//! Reading the facts a job's status depends on: each task's newest checkpoint (from the S3
+//! manifests) and the input partitions' log-start offsets (from Kafka), judged by the pure rules
+//! of [`crate::retention`] into `CheckpointStale` and `RecoveryGap`; and what the worker pods
+//! report about their tasks (`GET /v1/tasks`).
 
 use crate::api::{TaskCheckpoint, TaskStatus};
 use crate::checkpoint_reader::{CheckpointReader, S3AccessKeys};
@@ -8,14 +9,18 @@ use crate::controller::ValidatedJob;
 use crate::controller::conditions::{ConditionStatus, ConditionUpdate, reasons, types};
 use crate::controller::reconcile::{Context, ReconcileError};
 use crate::controller::status::condition;
+use crate::controller::{names, operations};
 use crate::kafka_admin::KafkaAdmin;
 use crate::retention;
+use crate::worker_client;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::api::Api;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use streamkeeper_contract::CheckpointManifest;
+use streamkeeper_contract::TaskReport;
 
 /// What S3 and Kafka say about the job's checkpoints.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,6 +28,41 @@ pub struct CheckpointObservation {
     pub tasks: Vec<TaskStatus>,
     pub checkpoint_stale: ConditionUpdate,
     pub recovery_gap: ConditionUpdate,
+}
+
+/// How long a worker may take to answer `GET /v1/tasks`; a slower one counts as silent.
+const REPORT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Each running worker pod's task reports. A pod that does not answer reports nothing, so its
+/// tasks show no owner until it does.
+pub async fn worker_reports(
+    ctx: &Context,
+    job: &ValidatedJob,
+) -> Result<Vec<(String, Vec<TaskReport>)>, ReconcileError> {
+    let pods = operations::job_pods(ctx, job).await?;
+    let port = u16::try_from(names::HTTP_PORT).unwrap_or(8080);
+    let calls = pods.iter().filter_map(|pod| {
+        let status = pod.status.as_ref()?;
+        if status.phase.as_deref() != Some("Running") || pod.metadata.deletion_timestamp.is_some() {
+            return None;
+        }
+        let host = status.pod_ip.clone()?;
+        let name = pod.name_any();
+        Some(async move {
+            match worker_client::task_reports(&host, port, REPORT_TIMEOUT).await {
+                Ok(document) => Some((name, document.tasks)),
+                Err(error) => {
+                    tracing::debug!(pod = %name, %error, "no task reports from this pod");
+                    None
+                }
+            }
+        })
+    });
+    Ok(futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .flatten()
+        .collect())
 }
 
 /// The access keys from the job's credentials Secret, or `None` for ambient credentials.

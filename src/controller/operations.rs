@@ -141,7 +141,7 @@ async fn job_reference(ctx: &Context, job: &ValidatedJob) -> Option<StatefulStre
     jobs.get_opt(&job.name).await.ok().flatten()
 }
 
-async fn job_pods(ctx: &Context, job: &ValidatedJob) -> Result<Vec<Pod>, ApiError> {
+pub(crate) async fn job_pods(ctx: &Context, job: &ValidatedJob) -> Result<Vec<Pod>, ApiError> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &job.namespace);
     let list = pods
         .list(&ListParams::default().labels(&labels::selector_string(&job.name)))

@@ -9,10 +9,11 @@
 use crate::api::{DeletionPolicy, JobPhase, RetentionStatus, StatefulStreamJob};
 use crate::checkpoint_reader::CheckpointReadError;
 use crate::controller::apply::{self, ApiError, ApplyError, ApplyOutcome, REFUSED_RECHECK};
-use crate::controller::conditions::{ConditionStatus, reasons, types};
+use crate::controller::conditions::{self, ConditionStatus, reasons, types};
 use crate::controller::observe::{self, CheckpointObservation};
 use crate::controller::operations::{self, RollState};
 use crate::controller::status::{self, Observation, PhaseInputs, condition};
+use crate::controller::task_status::{self, TaskView};
 use crate::controller::update_status::update_status;
 use crate::controller::{Facts, ValidatedJob, build, validate};
 use crate::kafka_admin::{KafkaAdminError, KafkaAdmins};
@@ -35,6 +36,9 @@ pub const FINALIZER: &str = "streamkeeper.dev/cleanup";
 pub const RESYNC: Duration = Duration::from_secs(60);
 /// Re-check soon while pods are being replaced or the StatefulSet controller catches up.
 pub const ROLLING_RECHECK: Duration = Duration::from_secs(2);
+
+/// Re-check while tasks are starting or restoring, so their progress reaches the status.
+pub const TASKS_RECHECK: Duration = Duration::from_secs(5);
 
 /// Settings of the reconcile that are not part of any job.
 #[derive(Debug, Clone)]
@@ -434,12 +438,18 @@ async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
                 note.reason,
                 note.message.clone(),
             ),
-            (None, true) => condition(
-                types::SUSPENDED,
-                ConditionStatus::True,
-                reasons::SUSPENDED,
-                "scaled to zero; state is kept in the changelog, the checkpoints and the volumes",
-            ),
+            // Already at zero: what the suspend found out (final checkpoint or not) stays.
+            (None, true) => match already_suspended(job) {
+                Some((reason, message)) => {
+                    condition(types::SUSPENDED, ConditionStatus::True, reason, message)
+                }
+                None => condition(
+                    types::SUSPENDED,
+                    ConditionStatus::True,
+                    reasons::SUSPENDED,
+                    "scaled to zero; state is kept in the changelog, the checkpoints and the volumes",
+                ),
+            },
             (_, false) => condition(
                 types::SUSPENDED,
                 ConditionStatus::False,
@@ -450,7 +460,6 @@ async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
 
     // Pods whose template is outdated (image, config, restartNonce, restore) are replaced.
     let roll = operations::replace_outdated_pods(ctx, &validated, &stateful_set).await?;
-    let restoring = restore_progress(job, &validated, &roll, &mut observation);
 
     // Checkpoint ages and recovery gaps, from S3 and the input's log-start offsets.
     let checkpoints =
@@ -471,7 +480,13 @@ async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
     observation
         .conditions
         .extend([checkpoint_stale, recovery_gap]);
-    observation.tasks = Some(tasks);
+
+    // What the workers say about their tasks.
+    let reports = observe::worker_reports(ctx, &validated).await?;
+    let restore_id = validated.restore.as_ref().map(|r| r.id.as_str());
+    let view = task_status::merge(tasks, &reports, restore_id);
+    let restoring = restore_progress(job, &validated, &roll, &view, &mut observation);
+    observation.ready_tasks = Some(view.ready_tasks());
 
     let sts_status = stateful_set.status.clone().unwrap_or_default();
     let desired_pods = stateful_set
@@ -480,21 +495,26 @@ async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
         .and_then(|spec| spec.replicas)
         .unwrap_or_default();
     let ready_pods = sts_status.ready_replicas.unwrap_or_default();
+    let task_count = view.tasks.len();
     let phase = status::phase(PhaseInputs {
         refused: false,
         suspended: validated.workers.suspend,
-        restoring,
+        restoring: restoring || view.restoring > 0,
         desired_pods,
         ready_pods,
         at_risk,
     });
     observation.phase = Some(phase);
+    let figures = format!(
+        "{}/{task_count} tasks running; {ready_pods}/{desired_pods} worker pods ready",
+        view.running
+    );
     observation.conditions.push(match phase {
         JobPhase::Running => condition(
             types::READY,
             ConditionStatus::True,
             reasons::ALL_TASKS_RUNNING,
-            format!("{ready_pods}/{desired_pods} worker pods ready"),
+            figures,
         ),
         JobPhase::Suspended => condition(
             types::READY,
@@ -506,16 +526,32 @@ async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
             types::READY,
             ConditionStatus::False,
             reasons::TASKS_NOT_RUNNING,
-            format!("{ready_pods}/{desired_pods} worker pods ready"),
+            figures,
         ),
     });
+    let tasks_settling = !validated.workers.suspend && view.running < task_count;
+    observation.tasks = Some(view.tasks);
     update_status(ctx, job, observation).await?;
 
     Ok(if roll.in_progress() {
         Action::requeue(ROLLING_RECHECK)
+    } else if tasks_settling {
+        Action::requeue(TASKS_RECHECK)
     } else {
         Action::requeue(RESYNC)
     })
+}
+
+/// The final-checkpoint outcome a `Suspended` condition that is already `True` records.
+fn already_suspended(job: &StatefulStreamJob) -> Option<(&'static str, String)> {
+    let existing = conditions::find(&job.status.as_ref()?.conditions, types::SUSPENDED)?;
+    let reason = [
+        reasons::FINAL_CHECKPOINT,
+        reasons::FINAL_CHECKPOINT_INCOMPLETE,
+    ]
+    .into_iter()
+    .find(|reason| *reason == existing.reason)?;
+    (existing.status == "True").then(|| (reason, existing.message.clone()))
 }
 
 /// `RetentionSafe` when the interval fits: the numbers, or why there is no time bound.
@@ -556,11 +592,13 @@ fn retention_safe(
     }
 }
 
-/// The `Restoring` condition; whether a requested restore is still rolling out.
+/// The `Restoring` condition; whether a requested restore is still under way: pods are being
+/// replaced to hand it over, or some task has not applied it yet (as the workers report).
 fn restore_progress(
     job: &StatefulStreamJob,
     validated: &ValidatedJob,
     roll: &RollState,
+    view: &TaskView,
     observation: &mut Observation,
 ) -> bool {
     let handled = job
@@ -576,16 +614,16 @@ fn restore_progress(
         ));
         return false;
     };
-    if handled.as_deref() == Some(request.id.as_str()) {
-        observation.conditions.push(condition(
+    let done = || {
+        condition(
             types::RESTORING,
             ConditionStatus::False,
             reasons::RESTORE_DONE,
-            format!(
-                "restore {} was handed to every worker pod; each restores its tasks on start",
-                request.id
-            ),
-        ));
+            format!("every task has applied restore {}", request.id),
+        )
+    };
+    if handled.as_deref() == Some(request.id.as_str()) {
+        observation.conditions.push(done());
         return false;
     }
     if roll.in_progress() {
@@ -600,16 +638,21 @@ fn restore_progress(
         ));
         return true;
     }
+    let tasks = view.tasks.len();
+    if validated.workers.suspend || tasks == 0 || view.applied_restore < tasks {
+        observation.conditions.push(condition(
+            types::RESTORING,
+            ConditionStatus::True,
+            reasons::RESTORE_APPLYING,
+            format!(
+                "restore {}: {}/{tasks} tasks have applied it",
+                request.id, view.applied_restore
+            ),
+        ));
+        return true;
+    }
     observation.handled_restore_id = Some(request.id.clone());
-    observation.conditions.push(condition(
-        types::RESTORING,
-        ConditionStatus::False,
-        reasons::RESTORE_DONE,
-        format!(
-            "restore {} was handed to every worker pod; each restores its tasks on start",
-            request.id
-        ),
-    ));
+    observation.conditions.push(done());
     false
 }
 

@@ -1,5 +1,10 @@
 //! The kube-runtime `Controller`: watches StatefulStreamJobs (all namespaces or one) and the
 //! objects they own, and runs [`reconcile`] with [`error_policy`] until `shutdown` resolves.
+//!
+//! A job triggers a reconcile only when something the reconcile acts on changes (see
+//! [`reconcile_relevant`]): the operator's own status writes (task lag, restore progress) must
+//! not trigger the next reconcile, or a busy job would be reconciled in a loop. Status freshness
+//! comes from the requeue intervals and from the owned objects' changes instead.
 
 use crate::api::StatefulStreamJob;
 use crate::controller::labels;
@@ -11,7 +16,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::Api;
 use kube::runtime::controller::Controller;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
@@ -42,27 +47,82 @@ pub async fn run(
     // Only objects the operator made: the watch caches stay small in a busy cluster.
     let owned =
         watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
-    Controller::new(
+    let (reader, writer) = reflector::store();
+    let jobs = watcher(
         scoped::<StatefulStreamJob>(&client, namespace),
         watcher::Config::default(),
     )
-    .owns(scoped::<StatefulSet>(&client, namespace), owned.clone())
-    .owns(scoped::<ConfigMap>(&client, namespace), owned.clone())
-    .owns(scoped::<Service>(&client, namespace), owned.clone())
-    .owns(
-        scoped::<PodDisruptionBudget>(&client, namespace),
-        owned.clone(),
-    )
-    .owns(scoped::<ServiceAccount>(&client, namespace), owned.clone())
-    .owns(scoped::<Role>(&client, namespace), owned.clone())
-    .owns(scoped::<RoleBinding>(&client, namespace), owned)
-    .graceful_shutdown_on(shutdown)
-    .run(reconcile, error_policy, ctx)
-    .for_each(|result| async move {
-        match result {
-            Ok((job, _action)) => tracing::debug!(job = %job, "reconciled"),
-            Err(error) => tracing::debug!(%error, "reconcile did not complete"),
+    .default_backoff()
+    .reflect(writer)
+    .applied_objects()
+    .predicate_filter(reconcile_relevant, Default::default());
+    Controller::for_stream(jobs, reader)
+        .owns(scoped::<StatefulSet>(&client, namespace), owned.clone())
+        .owns(scoped::<ConfigMap>(&client, namespace), owned.clone())
+        .owns(scoped::<Service>(&client, namespace), owned.clone())
+        .owns(
+            scoped::<PodDisruptionBudget>(&client, namespace),
+            owned.clone(),
+        )
+        .owns(scoped::<ServiceAccount>(&client, namespace), owned.clone())
+        .owns(scoped::<Role>(&client, namespace), owned.clone())
+        .owns(scoped::<RoleBinding>(&client, namespace), owned)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((job, _action)) => tracing::debug!(job = %job, "reconciled"),
+                Err(error) => tracing::debug!(%error, "reconcile did not complete"),
+            }
+        })
+        .await;
+}
+
+/// A hash of what a reconcile acts on: the spec (through `generation`), deletion, finalizers,
+/// annotations and labels. The status and `resourceVersion` are left out.
+pub fn reconcile_relevant(job: &StatefulStreamJob) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let meta = &job.metadata;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut hasher);
+    meta.deletion_timestamp
+        .as_ref()
+        .map(|time| time.0.as_millisecond())
+        .hash(&mut hasher);
+    meta.finalizers.hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    meta.labels.hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{JobPhase, StatefulStreamJobStatus};
+
+    #[test]
+    fn status_writes_do_not_trigger_a_reconcile_but_spec_and_metadata_changes_do() {
+        let mut job = crate::controller::fixtures::job();
+        job.metadata.generation = Some(3);
+        job.metadata.resource_version = Some("100".into());
+        let before = reconcile_relevant(&job);
+        job.status = Some(StatefulStreamJobStatus {
+            phase: Some(JobPhase::Running),
+            ready_tasks: Some("4/4".into()),
+            ..StatefulStreamJobStatus::default()
+        });
+        job.metadata.resource_version = Some("101".into());
+        assert_eq!(reconcile_relevant(&job), before, "a status write");
+        for change in [
+            |job: &mut StatefulStreamJob| job.metadata.generation = Some(4),
+            |job: &mut StatefulStreamJob| job.metadata.finalizers = Some(vec!["f".into()]),
+            |job: &mut StatefulStreamJob| {
+                job.metadata.annotations = Some([("a".to_string(), "b".to_string())].into())
+            },
+        ] {
+            let mut changed = job.clone();
+            change(&mut changed);
+            assert_ne!(reconcile_relevant(&changed), before);
         }
-    })
-    .await;
+    }
 }

@@ -20,6 +20,8 @@ pub struct Observation {
     pub tasks: Option<Vec<TaskStatus>>,
     /// A restore request that is now handled.
     pub handled_restore_id: Option<String>,
+    /// `None`: not observed this time, keep the last value.
+    pub ready_tasks: Option<String>,
 }
 
 /// The status after `observation`, merged into `existing`.
@@ -35,13 +37,14 @@ pub fn next_status(
         retention,
         tasks,
         handled_restore_id,
+        ready_tasks,
     } = observation;
     let tasks = tasks.unwrap_or_else(|| existing.tasks.clone());
     StatefulStreamJobStatus {
         phase: phase.or(existing.phase),
         observed_generation: generation.or(existing.observed_generation),
         conditions: conditions::merge_conditions(&existing.conditions, updates, generation, now),
-        ready_tasks: existing.ready_tasks.clone(),
+        ready_tasks: ready_tasks.or_else(|| existing.ready_tasks.clone()),
         newest_checkpoint_time: oldest_newest_checkpoint(&tasks)
             .or_else(|| existing.newest_checkpoint_time.clone()),
         assignment_generation: existing.assignment_generation,
@@ -254,10 +257,12 @@ mod tests {
                 }),
                 tasks: Some(vec![task(0, Some(200)), task(1, Some(100))]),
                 handled_restore_id: Some("r1".into()),
+                ready_tasks: Some("2/2".into()),
             },
             &at(1000),
         );
         assert_eq!(first.newest_checkpoint_time, Some(at(100)));
+        assert_eq!(first.ready_tasks.as_deref(), Some("2/2"));
         assert_eq!(first.observed_generation, Some(2));
         let later = next_status(
             &first,

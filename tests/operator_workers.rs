@@ -1,0 +1,458 @@
+//! The operator binary with real workers: the local node agent (`streamkeeper-local-node`) runs
+//! the worker pods the operator creates as local processes, against the real apiserver, Kafka and
+//! S3. The job's status follows the workers' own reports (owners, phases, restore progress,
+//! `readyTasks`); a restore request is applied by every task exactly once and only then
+//! recorded; suspend takes a final checkpoint of everything committed before scaling to zero;
+//! resume restores from it; and the output stays exact through all of it.
+//!
+//! The worker and node agent binaries are the ones cargo built next to the operator's
+//! (`cargo build --workspace --bins`, which `tests/run.sh` does).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod operator_support;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use operator_support::{support, *};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use streamkeeper::api::{JobPhase, StatefulStreamJob, TaskStatus};
+use streamkeeper_contract::{CheckpointManifest, TaskPrefix, Versioned};
+
+const PARTITIONS: i32 = 4;
+const CARDS: u32 = 60;
+const WAIT: Duration = Duration::from_secs(180);
+
+/// A child process killed when the test ends; its log is printed if the test failed.
+struct Process {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    fn spawn(name: &'static str, command: &mut Command, log: PathBuf) -> Self {
+        let file = std::fs::File::create(&log).unwrap();
+        let child = command
+            .stdout(Stdio::from(file.try_clone().unwrap()))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name} starts: {e}"));
+        Self { name, child, log }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // SIGTERM first: the node agent stops its pods' processes on the way out.
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!(
+                "--- {} log (tail) ---\n{}",
+                self.name,
+                lines[lines.len().saturating_sub(60)..].join("\n")
+            );
+        }
+    }
+}
+
+/// A binary cargo built next to the operator's.
+fn sibling_binary(name: &str) -> PathBuf {
+    let operator = Path::new(env!("CARGO_BIN_EXE_streamkeeper-operator"));
+    let path = operator.with_file_name(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build --workspace --bins` (tests/run.sh does)",
+        path.display()
+    );
+    path
+}
+
+fn producer() -> ThreadedProducer<DefaultProducerContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", support::kafka_bootstrap())
+        .set("enable.idempotence", "true")
+        .create()
+        .unwrap()
+}
+
+/// Events `range` as the card-count job reads them: key and `card` field `card-<i*7 mod CARDS>`.
+fn produce(topic: &str, range: std::ops::Range<u32>) {
+    let producer = producer();
+    for index in range {
+        let card = format!("card-{}", (index * 7) % CARDS);
+        let value = format!(r#"{{"card":"{card}","amount":{}}}"#, index % 97 + 1);
+        let mut record = BaseRecord::to(topic).key(&card).payload(&value);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    record = back;
+                    producer.poll(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+    producer.flush(TIMEOUT).unwrap();
+}
+
+/// Every committed output record's `count`, per card, in order.
+fn committed_counts(topic: &str) -> BTreeMap<String, Vec<u64>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", support::kafka_bootstrap())
+        .set("group.id", support::unique_name("check"))
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap();
+    let mut counts: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut assignment = TopicPartitionList::new();
+    let mut open = 0;
+    for partition in 0..PARTITIONS {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, partition, TIMEOUT)
+            .unwrap();
+        if high > low {
+            assignment
+                .add_partition_offset(topic, partition, Offset::Beginning)
+                .unwrap();
+            open += 1;
+        }
+    }
+    if open == 0 {
+        return counts;
+    }
+    consumer.assign(&assignment).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while open > 0 {
+        assert!(Instant::now() < deadline, "reading {topic} took too long");
+        match consumer.poll(Duration::from_millis(500)) {
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => open -= 1,
+            Some(Err(error)) => panic!("reading {topic}: {error}"),
+            Some(Ok(message)) => {
+                let value: serde_json::Value =
+                    serde_json::from_slice(message.payload().unwrap()).unwrap();
+                counts
+                    .entry(value["key"].as_str().unwrap().to_string())
+                    .or_default()
+                    .push(value["count"].as_u64().unwrap());
+            }
+            None => {}
+        }
+    }
+    counts
+}
+
+/// Every card's output is exactly 1, 2, …, n, and the n add up to `events`.
+fn assert_exact_output(topic: &str, events: u32) {
+    let counts = committed_counts(topic);
+    let mut total = 0;
+    for (card, values) in &counts {
+        let want: Vec<u64> = (1..=values.len() as u64).collect();
+        assert_eq!(values, &want, "{card}: output is not exactly 1..n");
+        total += values.len();
+    }
+    assert_eq!(total, events as usize, "one output record per event");
+}
+
+/// Waits until the job's status satisfies `done`. Every few seconds it touches an annotation,
+/// which makes the operator reconcile now rather than at its next periodic resync (the figures
+/// the test waits for, like input lag, change without any Kubernetes object changing).
+async fn wait_for_status(
+    jobs: &Api<StatefulStreamJob>,
+    name: &str,
+    what: &str,
+    mut done: impl FnMut(&StatefulStreamJob) -> bool,
+) -> StatefulStreamJob {
+    let deadline = Instant::now() + WAIT;
+    let mut nudged = Instant::now();
+    loop {
+        let job = jobs.get(name).await.unwrap();
+        if done(&job) {
+            return job;
+        }
+        if nudged.elapsed() >= Duration::from_secs(3) {
+            let nudge = serde_json::json!({ "metadata": { "annotations": {
+                "test.streamkeeper.dev/nudge": format!("{:?}", Instant::now()),
+            } } });
+            jobs.patch(name, &PatchParams::default(), &Patch::Merge(nudge))
+                .await
+                .unwrap();
+            nudged = Instant::now();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; status: {:#?}",
+            job.status
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn tasks(job: &StatefulStreamJob) -> Vec<TaskStatus> {
+    job.status
+        .as_ref()
+        .map(|s| s.tasks.clone())
+        .unwrap_or_default()
+}
+
+fn condition_of(job: &StatefulStreamJob, type_: &str) -> Option<(String, String, String)> {
+    job.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn all_running(job: &StatefulStreamJob) -> bool {
+    let status = job.status.as_ref();
+    status.and_then(|s| s.ready_tasks.as_deref()) == Some("4/4")
+        && status.and_then(|s| s.phase) == Some(JobPhase::Running)
+}
+
+/// Every manifest of every task, newest last.
+async fn manifests(prefix: &str, namespace: &str, job: &str) -> Vec<CheckpointManifest> {
+    let s3 = s3_client();
+    let bucket = support::s3_settings().bucket;
+    let mut found = Vec::new();
+    for task in 0..PARTITIONS as u32 {
+        let task_prefix = TaskPrefix::new(prefix, namespace, job, task);
+        let listed = s3
+            .list_objects_v2()
+            .bucket(&bucket)
+            .prefix(task_prefix.manifests())
+            .send()
+            .await
+            .unwrap();
+        for object in listed.contents() {
+            let body = s3
+                .get_object()
+                .bucket(&bucket)
+                .key(object.key().unwrap())
+                .send()
+                .await
+                .unwrap()
+                .body
+                .collect()
+                .await
+                .unwrap()
+                .into_bytes();
+            found.push(CheckpointManifest::from_json(&body).unwrap());
+        }
+    }
+    found.sort_by_key(|m| m.created_at_ms);
+    found
+}
+
+fn input_ends(topic: &str) -> BTreeMap<u32, i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", support::kafka_bootstrap())
+        .create()
+        .unwrap();
+    (0..PARTITIONS)
+        .map(|p| {
+            let (_, high) = consumer.fetch_watermarks(topic, p, TIMEOUT).unwrap();
+            (p as u32, high)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operator_runs_real_workers_restores_on_request_and_suspends_with_a_final_checkpoint() {
+    let client = client().await;
+    let namespace = namespace(&client, "op-workers").await;
+    let input = support::unique_name("op-workers-in");
+    create_topic(&input, PARTITIONS, &[]).await;
+    let output = format!("{input}-out");
+    create_topic(&output, PARTITIONS, &[]).await;
+    let prefix = support::unique_name("op-workers");
+    let node = support::unique_name("sk-op-node");
+    let dir = tempfile::tempdir().unwrap();
+    let taint_key = "streamkeeper.dev/test-node";
+
+    let _node_agent = Process::spawn(
+        "node agent",
+        Command::new(sibling_binary("streamkeeper-local-node"))
+            .args(["--node-name", &node, "--root"])
+            .arg(dir.path().join("node"))
+            .arg("--image")
+            .arg(format!(
+                "streamkeeper/worker={}",
+                sibling_binary("streamkeeper-worker").display()
+            ))
+            .args(["--taint", &format!("{taint_key}={node}:NoSchedule")])
+            .args(["--provision-namespace", &namespace])
+            .args(["--first-pod-address", "100"])
+            .env("RUST_LOG", "info"),
+        dir.path().join("node.log"),
+    );
+    let _operator = Process::spawn(
+        "operator",
+        Command::new(env!("CARGO_BIN_EXE_streamkeeper-operator"))
+            .args(["run", "--namespace", &namespace])
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .env("RUST_LOG", "info"),
+        dir.path().join("operator.log"),
+    );
+
+    let name = "cards";
+    let mut spec = job(name, &input, &prefix);
+    let extra = serde_json::json!({
+        "deletionPolicy": "Delete",
+        "checkpoint": { "interval": "10s" },
+        "pod": {
+            "nodeSelector": { "kubernetes.io/hostname": node },
+            "tolerations": [{ "key": taint_key, "operator": "Equal", "value": node, "effect": "NoSchedule" }],
+        },
+    });
+    let mut value = serde_json::to_value(&spec).unwrap();
+    merge_json(&mut value["spec"], &extra);
+    spec = serde_json::from_value(value).unwrap();
+    let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), &namespace);
+    produce(&input, 0..3_000);
+    jobs.create(&PostParams::default(), &spec).await.unwrap();
+
+    // The status follows the workers: every task has an owner and is Running.
+    let job = wait_for_status(&jobs, name, "4/4 tasks running", all_running).await;
+    let pods = [format!("{name}-0"), format!("{name}-1")];
+    for task in tasks(&job) {
+        let owner = task.owner.clone().unwrap_or_default();
+        assert!(pods.contains(&owner), "task {}: owner {owner:?}", task.task);
+        assert_eq!(task.phase.as_deref(), Some("Running"));
+        let restore = task.restore.expect("restore progress reported");
+        assert_eq!(restore.phase, "Done");
+    }
+    let (status, _, message) = condition_of(&job, "Ready").unwrap();
+    assert_eq!(status, "True");
+    assert!(message.contains("4/4 tasks running"), "{message}");
+
+    // A restore request: pods are replaced with it, every task applies it once, then it is
+    // recorded. Events keep arriving meanwhile.
+    produce(&input, 3_000..4_000);
+    jobs.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({
+            "spec": { "restore": { "id": "incident-7", "checkpoint": "latest", "source": "changelog" } }
+        })),
+    )
+    .await
+    .unwrap();
+    produce(&input, 4_000..5_000);
+    let job = wait_for_status(&jobs, name, "the restore to be applied", |job| {
+        job.status
+            .as_ref()
+            .and_then(|s| s.last_restore_id.as_deref())
+            == Some("incident-7")
+    })
+    .await;
+    for task in tasks(&job) {
+        assert_eq!(
+            task.applied_restore_id.as_deref(),
+            Some("incident-7"),
+            "task {}",
+            task.task
+        );
+    }
+    assert_eq!(
+        condition_of(&job, "Restoring").map(|c| c.1),
+        Some("RestoreDone".to_string())
+    );
+    wait_for_status(&jobs, name, "tasks running after the restore", all_running).await;
+
+    // Suspend: a final checkpoint of everything committed, then zero replicas.
+    produce(&input, 5_000..6_000);
+    let ends = input_ends(&input);
+    wait_for_status(&jobs, name, "every input record processed", |job| {
+        tasks(job).len() == PARTITIONS as usize && tasks(job).iter().all(|t| t.input_lag == Some(0))
+    })
+    .await;
+    jobs.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "spec": { "suspend": true } })),
+    )
+    .await
+    .unwrap();
+    let job = wait_for_status(&jobs, name, "suspended", |job| {
+        job.status.as_ref().and_then(|s| s.phase) == Some(JobPhase::Suspended)
+    })
+    .await;
+    let (status, reason, message) = condition_of(&job, "Suspended").unwrap();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "FinalCheckpoint"),
+        "{message}"
+    );
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &namespace);
+    assert_eq!(
+        sets.get(name).await.unwrap().spec.unwrap().replicas,
+        Some(0)
+    );
+    let newest: BTreeMap<u32, CheckpointManifest> = manifests(&prefix, &namespace, name)
+        .await
+        .into_iter()
+        .map(|m| (m.task, m))
+        .collect();
+    for (task, end) in &ends {
+        assert_eq!(
+            newest.get(task).map(|m| m.input_offset),
+            Some(*end),
+            "task {task}: the final checkpoint holds every input record"
+        );
+    }
+    assert_exact_output(&output, 6_000);
+
+    // Resume: the tasks come back (from the volumes, or the final checkpoint) and go on exactly.
+    jobs.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "spec": { "suspend": false } })),
+    )
+    .await
+    .unwrap();
+    produce(&input, 6_000..7_000);
+    wait_for_status(&jobs, name, "tasks running after resume", all_running).await;
+    wait_for_status(&jobs, name, "the new input processed", |job| {
+        tasks(job).iter().all(|t| t.input_lag == Some(0))
+    })
+    .await;
+    assert_exact_output(&output, 7_000);
+
+    jobs.delete(name, &DeleteParams::default()).await.unwrap();
+    delete_namespace(&client, &namespace).await;
+    let _ = Api::<Node>::all(client.clone())
+        .delete(&node, &DeleteParams::default())
+        .await;
+}
+
+fn merge_json(target: &mut serde_json::Value, extra: &serde_json::Value) {
+    match (target, extra) {
+        (serde_json::Value::Object(target), serde_json::Value::Object(extra)) => {
+            for (key, value) in extra {
+                merge_json(
+                    target.entry(key.clone()).or_insert(serde_json::Value::Null),
+                    value,
+                );
+            }
+        }
+        (target, extra) => *target = extra.clone(),
+    }
+}
