@@ -7,9 +7,11 @@
 
 use crate::controller::DesiredTopic;
 use crate::controller::conditions::reasons;
+use crate::kafka_security::KafkaClientSecurity;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError as RdKafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use std::collections::{BTreeMap, HashMap};
@@ -36,13 +38,16 @@ pub enum KafkaAdminError {
         #[source]
         source: Box<RdKafkaError>,
     },
-    #[error("Kafka at {bootstrap} did not answer {operation} for topic {topic}: {source}")]
+    #[error("Kafka at {bootstrap} did not answer {operation} for topic {topic}: {source}{}", client_error.as_deref().map(|e| format!(" (the client reports: {e})")).unwrap_or_default())]
     Unavailable {
         bootstrap: String,
         operation: &'static str,
         topic: String,
         #[source]
         source: Box<RdKafkaError>,
+        /// The newest error the client reported on its own (refused credentials, a
+        /// certificate that does not verify), which the request's error does not say.
+        client_error: Option<String>,
     },
     #[error("the input topic {topic} does not exist on {bootstrap}")]
     InputTopicMissing { bootstrap: String, topic: String },
@@ -84,23 +89,32 @@ pub struct TopicFacts {
     pub config: BTreeMap<String, String>,
 }
 
-/// Admin clients by bootstrap list: jobs on one cluster share one client (and its connections).
+/// Admin clients by bootstrap list and credentials: jobs on one cluster with the same
+/// credentials share one client (and its connections).
 #[derive(Default)]
 pub struct KafkaAdmins {
-    clients: Mutex<HashMap<String, KafkaAdmin>>,
+    clients: Mutex<HashMap<(String, u64), KafkaAdmin>>,
 }
 
 impl KafkaAdmins {
-    pub fn for_bootstrap(&self, bootstrap: &str) -> Result<KafkaAdmin, KafkaAdminError> {
+    pub fn for_cluster(
+        &self,
+        bootstrap: &str,
+        security: Option<&KafkaClientSecurity>,
+    ) -> Result<KafkaAdmin, KafkaAdminError> {
+        let key = (
+            bootstrap.to_string(),
+            security.map_or(0, KafkaClientSecurity::fingerprint),
+        );
         let mut clients = self
             .clients
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(admin) = clients.get(bootstrap) {
+        if let Some(admin) = clients.get(&key) {
             return Ok(admin.clone());
         }
-        let admin = KafkaAdmin::connect(bootstrap)?;
-        clients.insert(bootstrap.to_string(), admin.clone());
+        let admin = KafkaAdmin::connect(bootstrap, security)?;
+        clients.insert(key, admin.clone());
         Ok(admin)
     }
 }
@@ -110,21 +124,80 @@ impl KafkaAdmins {
 pub struct KafkaAdmin {
     bootstrap: String,
     client: Arc<AdminClient<DefaultClientContext>>,
+    /// Metadata and offsets go through a plain consumer: unlike the admin client, whose main
+    /// queue nobody reads, it hands over the errors librdkafka reports outside any request
+    /// (refused credentials, a certificate that does not verify), which explain a failure.
+    metadata: Arc<BaseConsumer<ErrorRecordingContext>>,
 }
 
+/// Keeps the errors librdkafka reports outside any request (error events, and log lines at
+/// error level such as a refused SASL login) until they are read; logs them as well.
+#[derive(Default)]
+pub struct ErrorRecordingContext {
+    errors: Mutex<Vec<String>>,
+}
+
+impl ErrorRecordingContext {
+    fn record(&self, text: &str) {
+        let mut errors = self
+            .errors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if errors.len() < 16 && !errors.iter().any(|known| known == text) {
+            errors.push(text.to_string());
+        }
+    }
+}
+
+impl rdkafka::client::ClientContext for ErrorRecordingContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+        use rdkafka::config::RDKafkaLogLevel::{Alert, Critical, Emerg, Error};
+        if matches!(level, Emerg | Alert | Critical | Error) {
+            tracing::warn!(facility, message, "Kafka client error");
+            self.record(message);
+        } else {
+            tracing::debug!(facility, message, "Kafka client");
+        }
+    }
+
+    fn error(&self, error: RdKafkaError, reason: &str) {
+        tracing::warn!(%error, reason, "Kafka client error");
+        self.record(reason);
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for ErrorRecordingContext {}
+
 impl KafkaAdmin {
-    pub fn connect(bootstrap: &str) -> Result<Self, KafkaAdminError> {
-        let client = ClientConfig::new()
+    pub fn connect(
+        bootstrap: &str,
+        security: Option<&KafkaClientSecurity>,
+    ) -> Result<Self, KafkaAdminError> {
+        let mut config = ClientConfig::new();
+        config
             .set("bootstrap.servers", bootstrap)
-            .set("client.id", "streamkeeper-operator")
-            .create()
+            .set("client.id", "streamkeeper-operator");
+        if let Some(security) = security {
+            security.apply(&mut config);
+        }
+        // A group id routes the client's errors to the consumer queue `poll` reads; this
+        // consumer never subscribes, so it never joins the group or commits.
+        let metadata: BaseConsumer<ErrorRecordingContext> = config
+            .clone()
+            .set("group.id", "streamkeeper-operator-metadata")
+            .create_with_context(ErrorRecordingContext::default())
             .map_err(|source| KafkaAdminError::Client {
                 bootstrap: bootstrap.to_string(),
                 source: Box::new(source),
             })?;
+        let client = config.create().map_err(|source| KafkaAdminError::Client {
+            bootstrap: bootstrap.to_string(),
+            source: Box::new(source),
+        })?;
         Ok(Self {
             bootstrap: bootstrap.to_string(),
             client: Arc::new(client),
+            metadata: Arc::new(metadata),
         })
     }
 
@@ -138,6 +211,25 @@ impl KafkaAdmin {
             .operation_timeout(Some(REQUEST_TIMEOUT))
     }
 
+    /// The errors the client reported since the last look, joined.
+    fn client_errors(&self) -> Option<String> {
+        // Polling hands the queued log lines and error events to the context.
+        let mut errors: Vec<String> = std::iter::from_fn(|| self.metadata.poll(Duration::ZERO))
+            .take(16)
+            .filter_map(Result::err)
+            .map(|error| error.to_string())
+            .collect();
+        errors.append(
+            &mut self
+                .metadata
+                .context()
+                .errors
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        (!errors.is_empty()).then(|| errors.join("; "))
+    }
+
     fn unavailable(
         &self,
         operation: &'static str,
@@ -149,6 +241,7 @@ impl KafkaAdmin {
             operation,
             topic: topic.to_string(),
             source: Box::new(source),
+            client_error: self.client_errors(),
         }
     }
 
@@ -182,10 +275,10 @@ impl KafkaAdmin {
     }
 
     async fn partition_count(&self, topic: &str) -> Result<Option<i32>, KafkaAdminError> {
-        let client = Arc::clone(&self.client);
+        let client = Arc::clone(&self.metadata);
         let name = topic.to_string();
         let metadata = tokio::task::spawn_blocking(move || {
-            client.inner().fetch_metadata(Some(&name), REQUEST_TIMEOUT)
+            client.fetch_metadata(Some(&name), REQUEST_TIMEOUT)
         })
         .await
         .map_err(|source| KafkaAdminError::Blocking {
@@ -275,13 +368,12 @@ impl KafkaAdmin {
         topic: &str,
         partitions: i32,
     ) -> Result<Vec<i64>, KafkaAdminError> {
-        let client = Arc::clone(&self.client);
+        let client = Arc::clone(&self.metadata);
         let name = topic.to_string();
         tokio::task::spawn_blocking(move || {
             (0..partitions)
                 .map(|partition| {
                     client
-                        .inner()
                         .fetch_watermarks(&name, partition, REQUEST_TIMEOUT)
                         .map(|(low, _high)| low)
                 })

@@ -8,6 +8,7 @@ pub mod controller;
 pub mod crd;
 pub mod http;
 pub mod kafka_admin;
+pub mod kafka_security;
 pub mod leader;
 pub mod metrics;
 pub mod retention;

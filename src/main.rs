@@ -220,7 +220,7 @@ async fn termination_signal() {
 
 async fn bench(args: BenchArgs) -> Result<(), String> {
     let client = Client::try_default().await.map_err(|e| e.to_string())?;
-    let kafka = streamkeeper::kafka_admin::KafkaAdmin::connect(&args.bootstrap)
+    let kafka = streamkeeper::kafka_admin::KafkaAdmin::connect(&args.bootstrap, None)
         .map_err(|e| e.to_string())?;
     if kafka
         .topic(&args.input_topic)

@@ -772,3 +772,131 @@ async fn an_unreachable_broker_is_a_condition_and_an_error_not_a_crash() {
 
     delete_namespace(&s.client, &s.namespace).await;
 }
+
+/// The operator's own Kafka client over the broker's SASL_SSL and mutual-TLS listeners, with
+/// the CA, client certificate, key and SASL credentials read from Secrets in the job's namespace.
+#[tokio::test]
+async fn kafka_tls_and_sasl_credentials_come_from_secrets() {
+    use streamkeeper::api::{KafkaSaslSpec, KafkaTlsSpec, SaslMechanism, SecretKeyRef};
+    let s = setup("op-secure", &[]).await;
+    let ctx = context(&s.client);
+    let env = |name: &str| support::required_env(name, "tests/services/kafka.sh");
+    let file = |name: &str| std::fs::read_to_string(env(name)).unwrap();
+    let secret = |name: &str, password: &str| -> k8s_openapi::api::core::v1::Secret {
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name },
+            "stringData": {
+                "ca.crt": file("SK_KAFKA_CA_PEM"),
+                "tls.crt": file("SK_KAFKA_CLIENT_CERT_PEM"),
+                "tls.key": file("SK_KAFKA_CLIENT_KEY_PEM"),
+                "username": env("SK_KAFKA_SASL_USERNAME"),
+                "password": password,
+            }
+        }))
+        .unwrap()
+    };
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(s.client.clone(), &s.namespace);
+    for (name, password) in [
+        ("kafka-client", env("SK_KAFKA_SASL_PASSWORD")),
+        ("kafka-wrong", "not-the-password".to_string()),
+    ] {
+        secrets
+            .create(&PostParams::default(), &secret(name, &password))
+            .await
+            .unwrap();
+    }
+    let key = |secret: &str, key: &str| SecretKeyRef {
+        name: secret.into(),
+        key: key.into(),
+    };
+    let sasl = |secret: &str| KafkaSaslSpec {
+        mechanism: SaslMechanism::ScramSha512,
+        secret_name: secret.into(),
+        username_key: "username".into(),
+        password_key: "password".into(),
+    };
+    let secured =
+        |name: &str, bootstrap: String, tls: KafkaTlsSpec, sasl: Option<KafkaSaslSpec>| {
+            let mut job = job(name, &s.input, &s.prefix);
+            job.spec.kafka.bootstrap_servers = bootstrap;
+            job.spec.kafka.tls = Some(tls);
+            job.spec.kafka.sasl = sasl;
+            job
+        };
+    let ca_only = KafkaTlsSpec {
+        ca: Some(key("kafka-client", "ca.crt")),
+        certificate: None,
+        private_key: None,
+    };
+    let mutual = KafkaTlsSpec {
+        ca: Some(key("kafka-client", "ca.crt")),
+        certificate: Some(key("kafka-client", "tls.crt")),
+        private_key: Some(key("kafka-client", "tls.key")),
+    };
+    let jobs = [
+        secured(
+            "scram",
+            env("SK_KAFKA_SASL_SSL_BOOTSTRAP"),
+            ca_only.clone(),
+            Some(sasl("kafka-client")),
+        ),
+        secured("mtls", env("SK_KAFKA_MTLS_BOOTSTRAP"), mutual, None),
+        secured(
+            "wrong",
+            env("SK_KAFKA_SASL_SSL_BOOTSTRAP"),
+            ca_only.clone(),
+            Some(sasl("kafka-wrong")),
+        ),
+        secured(
+            "missing",
+            env("SK_KAFKA_SASL_SSL_BOOTSTRAP"),
+            ca_only,
+            Some(sasl("no-such-secret")),
+        ),
+    ];
+    for job in &jobs {
+        s.jobs.create(&PostParams::default(), job).await.unwrap();
+    }
+
+    // Good credentials: the changelog is created through the secured listener.
+    for name in ["scram", "mtls"] {
+        reconcile_once(&ctx, &s.jobs, name)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let job = s.jobs.get(name).await.unwrap();
+        let ready = condition(&job, "ChangelogReady");
+        assert_eq!(ready.status, "True", "{name}: {}", ready.message);
+        let changelog = ready.message.split(':').next().unwrap().to_string();
+        let (partitions, config) = describe_topic(&changelog).await.expect("changelog exists");
+        assert_eq!(partitions, 3);
+        assert_eq!(config["cleanup.policy"], "compact");
+    }
+
+    // A refused password: a condition that says the broker refused the credentials.
+    let error = reconcile_once(&ctx, &s.jobs, "wrong").await.unwrap_err();
+    let job = s.jobs.get("wrong").await.unwrap();
+    let ready = condition(&job, "ChangelogReady");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("Unknown", "KafkaUnavailable")
+    );
+    assert!(
+        ready.message.to_lowercase().contains("authentication"),
+        "{}; error: {error}",
+        ready.message
+    );
+
+    // A Secret that is not there: named in the condition.
+    reconcile_once(&ctx, &s.jobs, "missing").await.unwrap_err();
+    let job = s.jobs.get("missing").await.unwrap();
+    let ready = condition(&job, "ChangelogReady");
+    assert_eq!(ready.reason, "KafkaCredentialsUnavailable");
+    assert!(
+        ready.message.contains("no-such-secret") && ready.message.contains("does not exist"),
+        "{}",
+        ready.message
+    );
+
+    delete_namespace(&s.client, &s.namespace).await;
+}

@@ -100,7 +100,7 @@ pub struct KafkaTlsSpec {
 }
 
 /// SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, schemars::JsonSchema)]
 pub enum SaslMechanism {
     #[serde(rename = "PLAIN")]
     Plain,

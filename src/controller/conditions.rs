@@ -57,6 +57,7 @@ pub mod reasons {
     pub const CHANGELOG_DELETES_KEYS: &str = "ChangelogDeletesKeys";
     pub const PARTITION_MISMATCH: &str = "PartitionMismatch";
     pub const KAFKA_UNAVAILABLE: &str = "KafkaUnavailable";
+    pub const KAFKA_CREDENTIALS: &str = "KafkaCredentialsUnavailable";
     pub const KAFKA_REFUSED: &str = "KafkaRefused";
     pub const INPUT_TOPIC_MISSING: &str = "InputTopicMissing";
     // CheckpointStale / RecoveryGap when S3 cannot be read

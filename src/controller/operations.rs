@@ -280,7 +280,7 @@ pub async fn delete_external_state(
     job_object: &StatefulStreamJob,
     job: &ValidatedJob,
 ) -> Result<(), ReconcileError> {
-    let kafka = ctx.kafka.for_bootstrap(&job.kafka.bootstrap_servers)?;
+    let kafka = crate::controller::reconcile::kafka_for_job(ctx, job).await?;
     kafka
         .delete(&[&job.kafka.changelog_topic, &job.kafka.dead_letter_topic])
         .await?;

@@ -16,7 +16,8 @@ use crate::controller::status::{self, Observation, PhaseInputs, condition};
 use crate::controller::task_status::{self, TaskView};
 use crate::controller::update_status::update_status;
 use crate::controller::{Facts, ValidatedJob, build, validate};
-use crate::kafka_admin::{KafkaAdminError, KafkaAdmins};
+use crate::kafka_admin::{KafkaAdmin, KafkaAdminError, KafkaAdmins};
+use crate::kafka_security::{KafkaClientSecurity, KafkaSecretError};
 use crate::metrics::Metrics;
 use crate::retention::{self, RetentionViolation, TopicRetention};
 use kube::api::Api;
@@ -111,6 +112,8 @@ pub enum ReconcileError {
     Kafka(#[from] KafkaAdminError),
     #[error(transparent)]
     Checkpoints(#[from] CheckpointReadError),
+    #[error(transparent)]
+    KafkaCredentials(#[from] KafkaSecretError),
     #[error("S3 credentials Secret {namespace}/{name}: {reason}")]
     S3Credentials {
         namespace: String,
@@ -131,6 +134,7 @@ impl ReconcileError {
             ReconcileError::Kafka(error) => error.category(),
             ReconcileError::Checkpoints(error) => error.category(),
             ReconcileError::S3Credentials { .. } => reasons::S3_UNAVAILABLE,
+            ReconcileError::KafkaCredentials(_) => reasons::KAFKA_CREDENTIALS,
             ReconcileError::Finalizer(error) => match error.as_ref() {
                 finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => {
                     inner.category()
@@ -302,11 +306,11 @@ async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
     ));
 
     // Facts from Kafka: the input's partitions and retention.
-    let kafka = match ctx.kafka.for_bootstrap(&validated.kafka.bootstrap_servers) {
+    let kafka = match kafka_for_job(ctx, &validated).await {
         Ok(kafka) => kafka,
         Err(error) => {
             let affected = [types::CHANGELOG_READY, types::RETENTION_SAFE, types::READY];
-            return unreachable(ctx, job, observation, error.into(), &affected).await;
+            return unreachable(ctx, job, observation, error, &affected).await;
         }
     };
     let input = match kafka.topic(&validated.kafka.input_topic).await {
@@ -540,6 +544,23 @@ async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
     } else {
         Action::requeue(RESYNC)
     })
+}
+
+/// The job's Kafka admin client, with the TLS and SASL settings its Secrets hold.
+pub(crate) async fn kafka_for_job(
+    ctx: &Context,
+    job: &ValidatedJob,
+) -> Result<KafkaAdmin, ReconcileError> {
+    let security = KafkaClientSecurity::read(
+        &ctx.client,
+        &job.namespace,
+        job.kafka.tls.as_ref(),
+        job.kafka.sasl.as_ref(),
+    )
+    .await?;
+    Ok(ctx
+        .kafka
+        .for_cluster(&job.kafka.bootstrap_servers, security.as_ref())?)
 }
 
 /// The final-checkpoint outcome a `Suspended` condition that is already `True` records.

@@ -155,7 +155,13 @@ fn discover_partitions(context: &WorkerContext) -> Result<Option<u32>, Standalon
                 }
                 tracing::warn!(topic = %config.kafka.input_topic, "input topic has no partitions yet");
             }
-            Err(error) => tracing::warn!(%error, "cannot reach Kafka; retrying"),
+            Err(error) => {
+                // The metadata error says only "transport failure". The reason (refused
+                // credentials, a certificate that does not verify) is a librdkafka log line,
+                // queued until the client is polled; polling logs it.
+                while consumer.poll(Duration::ZERO).is_some() {}
+                tracing::warn!(%error, "cannot reach Kafka; retrying");
+            }
         }
         std::thread::sleep(backoff);
         backoff = (backoff * 2).min(Duration::from_secs(5));
