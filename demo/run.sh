@@ -267,6 +267,24 @@ echo "$verdict"
 python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["exact"] else 1)' "$verdict" \
   || die "the output is NOT exact: $verdict"
 
+step "the job's status, as the operator reports it from the workers"
+start=$SECONDS
+until [[ $(kubectl -n "$NS" get ssj "$JOB" -o jsonpath='{.status.readyTasks}') == 4/4 ]]; do
+  (( SECONDS - start < 120 )) || die "the status did not reach 4/4 ready tasks within 120s; see $DEMO/operator.log"
+  kubectl -n "$NS" annotate ssj "$JOB" --overwrite demo.streamkeeper.dev/refresh="$SECONDS" >/dev/null
+  sleep 2
+done
+kubectl -n "$NS" get ssj "$JOB"
+kubectl -n "$NS" get ssj "$JOB" -o json | python3 -c '
+import json, sys
+status = json.load(sys.stdin)["status"]
+print("task  owner          phase    restored from  records replayed  newest checkpoint")
+for t in status["tasks"]:
+    r, c = t.get("restore") or {}, t.get("lastCheckpoint") or {}
+    print("%4d  %-13s  %-7s  %-13s  %16s  %s" % (t["task"], t.get("owner", "-"), t.get("phase", "-"),
+          r.get("source", "-"), r.get("recordsDone", "-"), c.get("sequence", "-")))
+'
+
 step "figures"
 python3 - "$RESULTS/demo.json" "$kill_local" "$kill_wiped" "$figures_local" "$figures_wiped" "$verdict" "$running_local" "$running_wiped" <<'PY'
 import json, sys
