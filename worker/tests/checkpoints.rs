@@ -358,6 +358,37 @@ async fn a_lost_changelog_stops_the_task_and_a_restore_from_the_input_rebuilds_i
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_from_the_input_refuses_a_checkpoint_whose_input_is_gone() {
+    let input = input_topic(1, 0..4_000).await;
+    let mut job = Job::new("ckpt-input-gone", &input, 1, count_processor()).await;
+    job.enable_checkpoints(Duration::from_secs(3600), 5, None);
+    let address = format!("127.0.0.1:{}", free_port());
+    let mut worker = job.start_listening(&address);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    checkpoint_now(&address);
+    more_input(&job, 4_000..6_000);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    worker.terminate(Duration::from_secs(30));
+    let committed = job.committed_offsets();
+    delete_input_head(&job, 5_000).await;
+
+    job.env.push(restore_request("too-late", "latest", "input"));
+    let mut worker = job.start_listening(&address);
+    wait_for(
+        "the task to give the reason",
+        Duration::from_secs(60),
+        || {
+            worker
+                .log()
+                .contains("the records in between are gone, so the input cannot rebuild the state")
+        },
+    );
+    assert_ne!(http_get(&address, "/readyz").map(|(s, _)| s), Some(200));
+    worker.kill9();
+    assert_eq!(job.committed_offsets(), committed, "nothing was rewound");
+}
+
 fn task_reports(address: &str) -> Vec<serde_json::Value> {
     let Some((200, body)) = http_get(address, "/v1/tasks") else {
         return Vec::new();

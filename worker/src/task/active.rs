@@ -352,6 +352,16 @@ impl<'a> ActiveLoop<'a> {
             .filter(|o| *o >= 0))
     }
 
+    /// The first offset of this task's input partition the broker still holds.
+    pub fn input_log_start(&self) -> Result<i64, TaskError> {
+        let topic = self.context.config.kafka.input_topic.as_str();
+        let (low, _) = self
+            .input
+            .fetch_watermarks(topic, self.partition, KAFKA_TIMEOUT)
+            .map_err(|e| TaskError::kafka("reading input watermarks", e))?;
+        Ok(low)
+    }
+
     /// Sends a record, waiting for room in the producer queue rather than failing.
     fn send<K, P>(&self, record: FutureRecord<'_, K, P>) -> Result<DeliveryFuture, TaskError>
     where

@@ -149,6 +149,15 @@ fn from_input(
         ))
         .into());
     };
+    // Reprocessing needs every input record after the checkpoint (the RecoveryGap condition).
+    let log_start = active.input_log_start()?;
+    if manifest.input_offset < log_start {
+        return Err(CheckpointError::Internal(format!(
+            "restore request {}: checkpoint {} starts at input offset {}, but the input partition now starts at {log_start}: the records in between are gone, so the input cannot rebuild the state",
+            request.id, manifest.sequence, manifest.input_offset
+        ))
+        .into());
+    }
     let previous_position = active.committed_input_offset()?;
     let reprocessed = previous_position
         .map(|position| u64::try_from(position - manifest.input_offset).unwrap_or(0));

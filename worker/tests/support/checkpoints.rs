@@ -188,6 +188,28 @@ pub async fn delete_changelog_head(job: &Job, offsets: &BTreeMap<u32, i64>) {
     }
 }
 
+/// Deletes input partition 0's records before `offset` (as retention would).
+pub async fn delete_input_head(job: &Job, offset: i64) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap();
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(&job.config.kafka.input_topic, 0, Offset::Offset(offset))
+        .unwrap();
+    let result = admin
+        .delete_records(&list, &AdminOptions::new().operation_timeout(Some(TIMEOUT)))
+        .await
+        .unwrap();
+    for element in result.elements() {
+        assert!(
+            element.error().is_ok(),
+            "delete records: {:?}",
+            element.error()
+        );
+    }
+}
+
 /// Committed data records of changelog partition `task` from `from` to the end.
 pub fn changelog_records_from(job: &Job, task: u32, from: i64) -> u64 {
     let topic = &job.config.kafka.changelog_topic;
