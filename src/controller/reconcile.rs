@@ -271,6 +271,13 @@ async fn unreachable(
 }
 
 async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, ReconcileError> {
+    // The watch cache can still hold the status from before the previous reconcile's own write.
+    // What the status keeps (the final checkpoint's outcome, merged conditions) must be merged
+    // into the current status, so read it.
+    let Some(current) = current_job(ctx, job).await? else {
+        return Ok(Action::await_change());
+    };
+    let job = &current;
     let mut observation = Observation {
         generation: job.metadata.generation,
         ..Observation::default()
@@ -543,6 +550,24 @@ async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
         Action::requeue(TASKS_RECHECK)
     } else {
         Action::requeue(RESYNC)
+    })
+}
+
+/// The job as the apiserver has it now; `None` when it is gone.
+async fn current_job(
+    ctx: &Context,
+    job: &StatefulStreamJob,
+) -> Result<Option<StatefulStreamJob>, ReconcileError> {
+    let namespace = job.namespace().unwrap_or_default();
+    let api: Api<StatefulStreamJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    api.get_opt(&job.name_any()).await.map_err(|source| {
+        ReconcileError::from(ApiError {
+            action: "read",
+            kind: "StatefulStreamJob".into(),
+            namespace: namespace.clone(),
+            name: job.name_any(),
+            source,
+        })
     })
 }
 
