@@ -230,18 +230,11 @@ async fn a_restore_request_replaces_valid_local_state_once() {
     // A checkpoint that does not exist stops the task with the reason, never a silent downgrade.
     job.env.pop();
     job.env.push(restore_request("r2", "999", "changelog"));
-    let mut worker = job.start_listening(&address);
-    wait_for(
-        "the task to give the reason",
-        Duration::from_secs(60),
-        || {
-            worker
-                .log()
-                .contains("checkpoint 999 was asked for but is missing")
-        },
+    assert_task_stops_with(
+        &job,
+        &address,
+        "checkpoint 999 was asked for but is missing",
     );
-    assert_ne!(http_get(&address, "/readyz").map(|(s, _)| s), Some(200));
-    worker.kill9();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -374,19 +367,24 @@ async fn a_restore_from_the_input_refuses_a_checkpoint_whose_input_is_gone() {
     delete_input_head(&job, 5_000).await;
 
     job.env.push(restore_request("too-late", "latest", "input"));
-    let mut worker = job.start_listening(&address);
+    assert_task_stops_with(
+        &job,
+        &address,
+        "the records in between are gone, so the input cannot rebuild the state",
+    );
+    assert_eq!(job.committed_offsets(), committed, "nothing was rewound");
+}
+
+/// Starts the worker and waits until it logs `reason`; it must not turn ready meanwhile.
+fn assert_task_stops_with(job: &Job, address: &str, reason: &str) {
+    let mut worker = job.start_listening(address);
     wait_for(
         "the task to give the reason",
         Duration::from_secs(60),
-        || {
-            worker
-                .log()
-                .contains("the records in between are gone, so the input cannot rebuild the state")
-        },
+        || worker.log().contains(reason),
     );
-    assert_ne!(http_get(&address, "/readyz").map(|(s, _)| s), Some(200));
+    assert_ne!(http_get(address, "/readyz").map(|(s, _)| s), Some(200));
     worker.kill9();
-    assert_eq!(job.committed_offsets(), committed, "nothing was rewound");
 }
 
 fn task_reports(address: &str) -> Vec<serde_json::Value> {

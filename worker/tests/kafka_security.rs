@@ -53,9 +53,8 @@ fn secret_file(job: &Job, name: &str, value: &str) -> PathBuf {
     path
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn sasl_scram_over_tls() {
-    let mut job = job("sasl-ssl").await;
+/// Points `job` at the SASL_SSL listener, logging in with SCRAM-SHA-512 and `password`.
+fn use_scram_over_tls(job: &mut Job, password: &str) {
     job.config.kafka.bootstrap_servers = env("SK_KAFKA_SASL_SSL_BOOTSTRAP");
     job.config.kafka.security = KafkaSecurity {
         tls: Some(KafkaTlsFiles {
@@ -65,10 +64,16 @@ async fn sasl_scram_over_tls() {
         }),
         sasl: Some(KafkaSaslFiles {
             mechanism: "SCRAM-SHA-512".into(),
-            username_file: secret_file(&job, "username", &env("SK_KAFKA_SASL_USERNAME")),
-            password_file: secret_file(&job, "password", &env("SK_KAFKA_SASL_PASSWORD")),
+            username_file: secret_file(job, "username", &env("SK_KAFKA_SASL_USERNAME")),
+            password_file: secret_file(job, "password", password),
         }),
     };
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sasl_scram_over_tls() {
+    let mut job = job("sasl-ssl").await;
+    use_scram_over_tls(&mut job, &env("SK_KAFKA_SASL_PASSWORD"));
     run_and_check(&job);
 }
 
@@ -90,19 +95,7 @@ async fn mutual_tls_with_a_client_certificate() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wrong_password_keeps_the_worker_unready_and_says_why() {
     let mut job = job("sasl-wrong").await;
-    job.config.kafka.bootstrap_servers = env("SK_KAFKA_SASL_SSL_BOOTSTRAP");
-    job.config.kafka.security = KafkaSecurity {
-        tls: Some(KafkaTlsFiles {
-            ca_file: Some(env("SK_KAFKA_CA_PEM").into()),
-            cert_file: None,
-            key_file: None,
-        }),
-        sasl: Some(KafkaSaslFiles {
-            mechanism: "SCRAM-SHA-512".into(),
-            username_file: secret_file(&job, "username", &env("SK_KAFKA_SASL_USERNAME")),
-            password_file: secret_file(&job, "password", "not-the-password"),
-        }),
-    };
+    use_scram_over_tls(&mut job, "not-the-password");
     let address = format!("127.0.0.1:{}", free_port());
     let mut worker = job.start_listening(&address);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);

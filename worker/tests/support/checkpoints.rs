@@ -166,14 +166,19 @@ pub async fn delete_changelog_head(job: &Job, offsets: &BTreeMap<u32, i64>) {
     {
         result.unwrap_or_else(|(_, e)| panic!("altering {topic}: {e}"));
     }
-    let mut list = TopicPartitionList::new();
-    for (task, offset) in offsets {
-        list.add_partition_offset(
-            &job.config.kafka.changelog_topic,
-            *task as i32,
-            Offset::Offset(*offset),
-        )
+    delete_records(topic, offsets).await;
+}
+
+/// Deletes the records of `topic` before `offsets[partition]` (the broker's DeleteRecords).
+async fn delete_records(topic: &str, offsets: &BTreeMap<u32, i64>) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
         .unwrap();
+    let mut list = TopicPartitionList::new();
+    for (partition, offset) in offsets {
+        list.add_partition_offset(topic, *partition as i32, Offset::Offset(*offset))
+            .unwrap();
     }
     let result = admin
         .delete_records(&list, &AdminOptions::new().operation_timeout(Some(TIMEOUT)))
@@ -190,24 +195,11 @@ pub async fn delete_changelog_head(job: &Job, offsets: &BTreeMap<u32, i64>) {
 
 /// Deletes input partition 0's records before `offset` (as retention would).
 pub async fn delete_input_head(job: &Job, offset: i64) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .create()
-        .unwrap();
-    let mut list = TopicPartitionList::new();
-    list.add_partition_offset(&job.config.kafka.input_topic, 0, Offset::Offset(offset))
-        .unwrap();
-    let result = admin
-        .delete_records(&list, &AdminOptions::new().operation_timeout(Some(TIMEOUT)))
-        .await
-        .unwrap();
-    for element in result.elements() {
-        assert!(
-            element.error().is_ok(),
-            "delete records: {:?}",
-            element.error()
-        );
-    }
+    delete_records(
+        &job.config.kafka.input_topic,
+        &BTreeMap::from([(0, offset)]),
+    )
+    .await;
 }
 
 /// Committed data records of changelog partition `task` from `from` to the end.
