@@ -463,8 +463,14 @@ async fn an_s3_outage_does_not_stop_processing_and_checkpoints_resume() {
     });
 
     proxy.close();
-    let before = metric(&address, "streamkeeper_checkpoints_total");
+    let failures_at_close = metric(&address, "streamkeeper_checkpoint_failures_total");
     more_input(&job, 8_000..16_000);
+    // A checkpoint whose last upload was answered just before the close may still be
+    // counted; once an attempt has failed, nothing started before the close is in flight.
+    wait_for("a failed attempt", Duration::from_secs(60), || {
+        metric(&address, "streamkeeper_checkpoint_failures_total") > failures_at_close
+    });
+    let before = metric(&address, "streamkeeper_checkpoints_total");
     job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
     // Several attempts with backoff fail while S3 stays away (0.5 s, 1 s, 2 s, ...).
     wait_for(

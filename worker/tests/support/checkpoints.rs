@@ -268,7 +268,14 @@ impl Proxy {
                         continue;
                     };
                     {
+                        // `close()` may have run while we connected upstream; checking again
+                        // under the lock it holds keeps a connection from outliving it.
                         let mut streams = open_streams.lock().unwrap();
+                        if !up.load(Ordering::SeqCst) {
+                            let _ = client.shutdown(std::net::Shutdown::Both);
+                            let _ = server.shutdown(std::net::Shutdown::Both);
+                            continue;
+                        }
                         streams.push(client.try_clone().unwrap());
                         streams.push(server.try_clone().unwrap());
                     }
@@ -289,8 +296,9 @@ impl Proxy {
     }
 
     pub fn close(&self) {
+        let mut streams = self.open_streams.lock().unwrap();
         self.up.store(false, Ordering::SeqCst);
-        for stream in self.open_streams.lock().unwrap().drain(..) {
+        for stream in streams.drain(..) {
             let _ = stream.shutdown(std::net::Shutdown::Both);
         }
     }
