@@ -10,12 +10,28 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 use streamkeeper_contract::TaskReportsDocument;
 
 /// How long `POST /v1/checkpoints` waits for durable checkpoints.
 const CHECKPOINT_REQUEST_LIMIT: Duration = Duration::from_secs(120);
+
+/// The loopback address to serve as well, when the configured one is a specific outside
+/// address. In a cluster the worker listens on its pod IP (so several worker "pods" can share
+/// one host in the local node), but `kubectl port-forward` connects to loopback inside the pod.
+pub fn loopback_companion(listen: SocketAddr) -> Option<SocketAddr> {
+    let ip = listen.ip();
+    if ip.is_loopback() || ip.is_unspecified() {
+        return None;
+    }
+    let loopback = match ip {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+    };
+    Some(SocketAddr::new(loopback, listen.port()))
+}
 
 #[derive(Clone)]
 struct HttpState {
@@ -95,4 +111,35 @@ async fn checkpoint_now(State(state): State<HttpState>) -> impl IntoResponse {
         status,
         axum::Json(serde_json::json!({ "version": 1, "checkpoints": checkpoints })),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn a_pod_address_is_served_on_loopback_too() {
+        assert_eq!(
+            loopback_companion(addr("10.244.1.7:8080")),
+            Some(addr("127.0.0.1:8080"))
+        );
+        assert_eq!(
+            loopback_companion(addr("[fd00::7]:8080")),
+            Some(addr("[::1]:8080"))
+        );
+    }
+
+    #[test]
+    fn loopback_and_wildcard_addresses_need_no_companion() {
+        // The local node gives each worker pod its own 127.0.0.x; a second listener on
+        // 127.0.0.1 would collide between them.
+        assert_eq!(loopback_companion(addr("127.0.0.11:8080")), None);
+        assert_eq!(loopback_companion(addr("0.0.0.0:8080")), None);
+        assert_eq!(loopback_companion(addr("[::]:8080")), None);
+        assert_eq!(loopback_companion(addr("[::1]:8080")), None);
+    }
 }

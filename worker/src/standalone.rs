@@ -76,17 +76,26 @@ async fn run_async(config: WorkerConfig, share: TaskShare) -> Result<(), Standal
             address: address.clone(),
             source,
         })?;
-    tracing::info!(%address, "serving /healthz /readyz /metrics /v1/tasks /v1/checkpoints");
     let app = http::router(
         context.board.clone(),
         context.metrics.clone(),
         context.checkpoints.clone(),
     );
-    tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, app).await {
-            tracing::error!(%error, "HTTP server stopped");
+    let companion = listener
+        .local_addr()
+        .ok()
+        .and_then(http::loopback_companion);
+    if let Some(loopback) = companion {
+        // Best effort: port-forwarding is a convenience; probes and the operator use `address`.
+        match tokio::net::TcpListener::bind(loopback).await {
+            Ok(listener) => serve(listener, app.clone()),
+            Err(error) => {
+                tracing::warn!(%loopback, %error, "cannot also listen on loopback; kubectl port-forward will not reach this worker");
+            }
         }
-    });
+    }
+    tracing::info!(%address, loopback = ?companion, "serving /healthz /readyz /metrics /v1/tasks /v1/checkpoints");
+    serve(listener, app);
 
     let discovery = {
         let context = context.clone();
@@ -167,6 +176,14 @@ fn discover_partitions(context: &WorkerContext) -> Result<Option<u32>, Standalon
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
     Ok(None)
+}
+
+fn serve(listener: tokio::net::TcpListener, app: axum::Router) {
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            tracing::error!(%error, "HTTP server stopped");
+        }
+    });
 }
 
 async fn shutdown_signal() {

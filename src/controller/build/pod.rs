@@ -133,7 +133,8 @@ fn env(job: &ValidatedJob) -> Vec<EnvVar> {
         field_env("POD_NAME", "metadata.name".into()),
         // The HTTP port binds the pod's own address (`--http-listen $(POD_IP):8080`), which is
         // what probes and the operator use; it also lets the local node agent run several
-        // worker pods on one host, each on its own loopback address.
+        // worker pods on one host, each on its own loopback address. The worker serves
+        // 127.0.0.1 as well when the pod IP is not loopback, for `kubectl port-forward`.
         field_env("POD_IP", "status.podIP".into()),
         // Until the assignment document drives placement, pod k of N runs the tasks i with
         // i mod N = k (see the worker's `--replicas`). Changing replicas changes the template,
