@@ -104,6 +104,14 @@ struct RunArgs {
     /// Seconds a worker may take to answer the final checkpoint request before a suspend.
     #[arg(long, default_value_t = 60)]
     final_checkpoint_timeout_seconds: u64,
+    /// Jobs reconciled at the same time; each reconcile talks to the apiserver, Kafka, S3 and
+    /// the job's workers, so this bounds the load a mass restart puts on them (0: no limit).
+    #[arg(
+        long,
+        env = "STREAMKEEPER_MAX_CONCURRENT_RECONCILES",
+        default_value_t = 16
+    )]
+    max_concurrent_reconciles: u16,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -347,7 +355,12 @@ async fn run(args: RunArgs) -> Result<(), RunError> {
     };
     let (end, ()) = tokio::join!(
         renew,
-        streamkeeper::controller::run::run(ctx, args.namespace.clone(), controller_stop)
+        streamkeeper::controller::run::run(
+            ctx,
+            args.namespace.clone(),
+            args.max_concurrent_reconciles,
+            controller_stop
+        )
     );
     metrics.set_leader(false);
     match end {

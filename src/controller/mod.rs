@@ -9,12 +9,14 @@
 //!
 //! The effectful steps: [`apply`] (server-side apply, Kafka topics), [`observe`] (S3 manifests,
 //! log-start offsets), [`operations`] (suspend, pod replacement, clean-up), [`update_status`];
-//! [`reconcile`] runs the pipeline and [`run`] wires it into a kube-runtime `Controller`.
+//! [`reconcile`] runs the pipeline and [`run`] wires it into a kube-runtime `Controller`;
+//! [`cadence`] says when a job is looked at again without a watch event.
 //!
 //! Retention rules for the status live in [`crate::retention`].
 
 pub mod apply;
 pub mod build;
+pub mod cadence;
 pub mod conditions;
 pub mod labels;
 pub mod names;

@@ -9,6 +9,7 @@
 use crate::api::{DeletionPolicy, JobPhase, RetentionStatus, StatefulStreamJob};
 use crate::checkpoint_reader::CheckpointReadError;
 use crate::controller::apply::{self, ApiError, ApplyError, ApplyOutcome, REFUSED_RECHECK};
+use crate::controller::cadence::{RESYNC, ROLLING_RECHECK, TASKS_RECHECK, spread};
 use crate::controller::conditions::{self, ConditionStatus, reasons, types};
 use crate::controller::observe::{self, CheckpointObservation};
 use crate::controller::operations::{self, RollState};
@@ -32,14 +33,6 @@ use streamkeeper_contract::format_go_duration;
 
 /// Put on every job so deleting it waits for the clean-up its `deletionPolicy` asks for.
 pub const FINALIZER: &str = "streamkeeper.dev/cleanup";
-
-/// Periodic re-check of external facts (checkpoint ages, retention), which no watch reports.
-pub const RESYNC: Duration = Duration::from_secs(60);
-/// Re-check soon while pods are being replaced or the StatefulSet controller catches up.
-pub const ROLLING_RECHECK: Duration = Duration::from_secs(2);
-
-/// Re-check while tasks are starting or restoring, so their progress reaches the status.
-pub const TASKS_RECHECK: Duration = Duration::from_secs(5);
 
 /// Settings of the reconcile that are not part of any job.
 #[derive(Debug, Clone)]
@@ -544,13 +537,14 @@ async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
     observation.tasks = Some(view.tasks);
     update_status(ctx, job, observation).await?;
 
-    Ok(if roll.in_progress() {
-        Action::requeue(ROLLING_RECHECK)
+    let interval = if roll.in_progress() {
+        ROLLING_RECHECK
     } else if tasks_settling {
-        Action::requeue(TASKS_RECHECK)
+        TASKS_RECHECK
     } else {
-        Action::requeue(RESYNC)
-    })
+        RESYNC
+    };
+    Ok(Action::requeue(spread(interval, &job_key(job))))
 }
 
 /// The job as the apiserver has it now; `None` when it is gone.

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::Api;
-use kube::runtime::controller::Controller;
+use kube::runtime::controller::{self, Controller};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
@@ -36,10 +36,12 @@ where
     }
 }
 
-/// Runs the controller until `shutdown` resolves; reconciles in flight finish first.
+/// Runs the controller until `shutdown` resolves; reconciles in flight finish first. At most
+/// `concurrency` jobs reconcile at once (0: no limit); one job never reconciles twice at once.
 pub async fn run(
     ctx: Arc<Context>,
     namespace: Option<String>,
+    concurrency: u16,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
@@ -57,6 +59,7 @@ pub async fn run(
     .applied_objects()
     .predicate_filter(reconcile_relevant, Default::default());
     Controller::for_stream(jobs, reader)
+        .with_config(controller::Config::default().concurrency(concurrency))
         .owns(scoped::<StatefulSet>(&client, namespace), owned.clone())
         .owns(scoped::<ConfigMap>(&client, namespace), owned.clone())
         .owns(scoped::<Service>(&client, namespace), owned.clone())
