@@ -352,6 +352,91 @@ async fn a_lost_changelog_stops_the_task_and_a_restore_from_the_input_rebuilds_i
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_restore_from_the_input_rewinds_an_intact_changelog_to_the_checkpoint() {
+    let input = input_topic(1, 0..6_000).await;
+    let mut job = Job::new("ckpt-rewind", &input, 1, count_processor()).await;
+    job.enable_checkpoints(Duration::from_secs(3600), 5, None);
+    let address = format!("127.0.0.1:{}", free_port());
+    let mut worker = job.start_listening(&address);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    checkpoint_now(&address);
+    worker.terminate(Duration::from_secs(30));
+    let at_checkpoint = job.local_state().remove(&0).unwrap();
+
+    // Keys the checkpoint never saw: the rewrite must tombstone them, not keep their values.
+    const FRESH: u32 = 500;
+    let fresh = (0..FRESH).map(|n| {
+        let key = format!("fresh-{n}");
+        let value = format!(r#"{{"card":"{key}","amount":1,"ts":1764000000000}}"#);
+        (key, value)
+    });
+    produce(&input, 1, fresh);
+    let mut worker = job.start_listening(&address);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    worker.terminate(Duration::from_secs(30));
+    let before_rewind = job.local_state();
+    let fresh_keys = before_rewind[&0]
+        .keys()
+        .filter(|k| k.starts_with(b"cfresh-"))
+        .count();
+    assert_eq!(
+        fresh_keys, FRESH as usize,
+        "the fresh keys are in the state"
+    );
+
+    job.env.push(restore_request("rewind-1", "latest", "input"));
+    let mut worker = job.start_listening(&address);
+    wait_ready(&address, &mut worker, Duration::from_secs(120));
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    let report = task_reports(&address).remove(0);
+    worker.terminate(Duration::from_secs(30));
+    assert_eq!(report["appliedRestoreId"], "rewind-1", "{report}");
+    assert_eq!(report["restore"]["source"], "input", "{report}");
+    assert_eq!(
+        report["restore"]["reprocessedInputRecords"].as_u64(),
+        Some(u64::from(FRESH)),
+        "{report}"
+    );
+
+    // The changelog up to the request's marker reads as exactly the checkpoint's state.
+    let changelog = changelog_entries_from(&job, 0, 0);
+    let marker_at = changelog
+        .iter()
+        .position(|(key, value)| {
+            key.as_slice() == APPLIED_RESTORE_KEY && value.as_deref() == Some(&b"rewind-1"[..])
+        })
+        .expect("the marker is in the changelog");
+    let mut view: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    for (key, value) in &changelog[..marker_at] {
+        match value {
+            Some(value) => view.insert(key.clone(), value.clone()),
+            None => view.remove(key),
+        };
+    }
+    let fresh_in_view = view.keys().filter(|k| k.starts_with(b"cfresh-")).count();
+    assert_eq!(
+        fresh_in_view, 0,
+        "keys newer than the checkpoint are tombstoned"
+    );
+    assert!(
+        view == at_checkpoint,
+        "the rewritten changelog differs from the checkpoint's state"
+    );
+
+    // Reprocessing the same input after the checkpoint ends where the job was.
+    let mut after = job.local_state();
+    assert_eq!(
+        after
+            .get_mut(&0)
+            .unwrap()
+            .remove(APPLIED_RESTORE_KEY)
+            .as_deref(),
+        Some(&b"rewind-1"[..])
+    );
+    assert!(after == before_rewind, "the reprocessed state differs");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_restore_from_the_input_refuses_a_checkpoint_whose_input_is_gone() {
     let input = input_topic(1, 0..4_000).await;
     let mut job = Job::new("ckpt-input-gone", &input, 1, count_processor()).await;

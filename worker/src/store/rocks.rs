@@ -124,6 +124,22 @@ impl RocksStore {
             .map_err(|e| self.engine("property", e))
     }
 
+    /// At most `limit` state entries from `from` on, in key order: a walk over a state too big
+    /// to hold in memory, one page at a time (the next page starts after the last key).
+    pub fn scan_page(&self, from: &[u8], limit: usize) -> Result<Vec<Entry>, StoreError> {
+        let db = self.db("scan")?;
+        db.iterator(IteratorMode::From(
+            from.max(FIRST_STATE_KEY),
+            Direction::Forward,
+        ))
+        .take(limit)
+        .map(|item| {
+            item.map(|(k, v)| (k.into_vec(), v.into_vec()))
+                .map_err(|e| self.engine("scan", e))
+        })
+        .collect()
+    }
+
     /// Flushes the memtables to SST files (e.g. before a clean shutdown).
     pub fn flush(&self) -> Result<(), StoreError> {
         let db = self.db("flush")?;

@@ -63,6 +63,26 @@ fn commit_applies_changes_and_metadata_together_across_reopen() {
 }
 
 #[test]
+fn pages_walk_the_whole_state_once_in_key_order() {
+    let dir = tempdir().unwrap();
+    let mut store = open_empty(dir.path(), 1);
+    let keys: Vec<String> = (0..7).map(|n| format!("k{n}")).collect();
+    let puts: Vec<(&str, Option<&str>)> = keys.iter().map(|k| (k.as_str(), Some("v"))).collect();
+    store.commit(&changes(&puts), &meta(1, 7, 7)).unwrap();
+
+    let mut seen = Vec::new();
+    let mut from = Vec::new();
+    loop {
+        let page = store.scan_page(&from, 3).unwrap();
+        assert!(page.len() <= 3);
+        let Some((last, _)) = page.last() else { break };
+        from = [last.as_slice(), &[0]].concat();
+        seen.extend(page.into_iter().map(|(k, _)| String::from_utf8(k).unwrap()));
+    }
+    assert_eq!(seen, keys, "every key once, the metadata key never");
+}
+
+#[test]
 fn a_rejected_commit_writes_nothing() {
     let dir = tempdir().unwrap();
     let mut store = open_empty(dir.path(), 2);

@@ -14,7 +14,9 @@
 //!   the checkpoint's input offset; the task then reprocesses the input from there. Output of
 //!   the reprocessed records is emitted again, and the restore progress says how many. This is
 //!   the one way past a lost changelog ([`TaskError::ChangelogLost`]); on an intact changelog
-//!   it rewinds the job to the checkpoint.
+//!   it rewinds the job to the checkpoint. The rewrite walks the state a page at a time and
+//!   checks the old changelog's keys against it one by one, so it holds one batch in memory
+//!   whatever the state's size.
 
 use super::active::ActiveLoop;
 use super::restore::{Progress, RestorePlan, partition_of, restore_from_changelog};
@@ -25,11 +27,11 @@ use crate::checkpoint::download::list_manifests;
 use crate::checkpoint::select::{self, Choice};
 use crate::processor::keys;
 use crate::status::{RestorePhase, RestoreSource};
+use crate::store::metadata::is_reserved_key;
 use crate::store::{ChangeSet, OpenOutcome, RocksStore, StateStore};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
-use std::collections::HashMap;
 use std::time::Duration;
 use streamkeeper_contract::restore_request::{
     RESTORE_REQUEST_ENV, RestoreCheckpoint, RestoreReplaySource, RestoreRequestDocument,
@@ -163,46 +165,36 @@ fn from_input(
         .map(|position| u64::try_from(position - manifest.input_offset).unwrap_or(0));
     progress.set_reprocessed_input_records(reprocessed);
 
-    let changelog_values = changelog_last_values(context, task, consumer)?;
-    let mut rewrite = ChangeSet::new();
-    for (key, value) in store.scan(&[], &[u8::MAX])? {
-        rewrite.put(&key, value);
-    }
-    for (key, has_value) in changelog_values {
-        if has_value && rewrite.get(&key).is_none() {
-            rewrite.delete(&key);
-        }
-    }
-    rewrite.put(keys::APPLIED_RESTORE, request.id.as_bytes().to_vec());
-    let total = rewrite.len();
+    // Reads stop at the changelog's end before the rewrite: what follows is the rewrite.
+    let (low, high) = changelog_watermarks(context, task, consumer)?;
+    let state_keys = store
+        .int_property("rocksdb.estimate-num-keys")?
+        .unwrap_or(0);
     tracing::info!(
         task,
         sequence = manifest.sequence,
         input_offset = manifest.input_offset,
-        changelog_records = total,
+        changelog_records = high - low,
+        state_keys,
         ?previous_position,
         "restore from the input: rewriting the changelog from the checkpoint"
     );
-    progress.start_replay(RestoreSource::Input, total as u64);
+    // Work units: every old changelog record read, then every state key written.
+    progress.start_replay(
+        RestoreSource::Input,
+        u64::try_from(high - low).unwrap_or(0) + state_keys,
+    );
     progress.report(RestorePhase::Replay);
-    let mut batch = ChangeSet::new();
-    let mut written = 0usize;
-    for (key, value) in rewrite {
-        batch.set(key, value);
-        written += 1;
-        if batch.len() >= REWRITE_BATCH || written == total {
-            let records = batch.len() as u64;
-            let bytes = batch
-                .iter()
-                .map(|(k, v)| (k.len() + v.map_or(0, <[u8]>::len)) as u64)
-                .sum();
-            let last = written == total;
-            let input_offset = last.then_some(manifest.input_offset);
-            active.commit_changes(store, std::mem::take(&mut batch), input_offset)?;
-            progress.add_done(records, bytes);
-            progress.report(RestorePhase::Replay);
-        }
-    }
+    let mut rewrite = ChangelogRewrite {
+        active,
+        progress,
+        batch: ChangeSet::new(),
+        batch_bytes: 0,
+        units: 0,
+    };
+    tombstone_keys_not_in_state(context, task, consumer, store, &mut rewrite, low..high)?;
+    write_every_state_key(store, &mut rewrite)?;
+    let mut progress = rewrite.finish(store, &request.id, manifest.input_offset)?;
     progress.report(RestorePhase::Done);
     tracing::warn!(
         task,
@@ -232,25 +224,106 @@ fn from_input(
     Ok(())
 }
 
-/// For every key in the task's changelog partition: whether its last record holds a value (a
-/// tombstone: `false`).
-fn changelog_last_values(
+/// Writes the rewrite in transactions of [`REWRITE_BATCH`] records; only the last one, with
+/// the request's marker, moves the input position, so a crash part-way starts the request over.
+struct ChangelogRewrite<'a, 'b> {
+    active: &'a ActiveLoop<'b>,
+    progress: Progress<'a>,
+    batch: ChangeSet,
+    batch_bytes: u64,
+    /// Progress units counted since the last commit.
+    units: u64,
+}
+
+impl<'a> ChangelogRewrite<'a, '_> {
+    fn set(
+        &mut self,
+        store: &mut RocksStore,
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+    ) -> Result<(), TaskError> {
+        self.batch_bytes += (key.len() + value.as_ref().map_or(0, Vec::len)) as u64;
+        self.batch.set(key, value);
+        if self.batch.len() >= REWRITE_BATCH {
+            self.commit(store, None)?;
+        }
+        Ok(())
+    }
+
+    /// Counts work done without a record written (an old changelog record read).
+    fn count(&mut self, units: u64) {
+        self.units += units;
+        if self.units >= REWRITE_BATCH as u64 {
+            self.progress.add_done(std::mem::take(&mut self.units), 0);
+            self.progress.report(RestorePhase::Replay);
+        }
+    }
+
+    fn commit(
+        &mut self,
+        store: &mut RocksStore,
+        input_offset: Option<i64>,
+    ) -> Result<(), TaskError> {
+        let changes = std::mem::take(&mut self.batch);
+        self.active.commit_changes(store, changes, input_offset)?;
+        self.progress.add_done(
+            std::mem::take(&mut self.units),
+            std::mem::take(&mut self.batch_bytes),
+        );
+        self.progress.report(RestorePhase::Replay);
+        Ok(())
+    }
+
+    fn finish(
+        mut self,
+        store: &mut RocksStore,
+        request_id: &str,
+        input_offset: i64,
+    ) -> Result<Progress<'a>, TaskError> {
+        if !self.batch.is_empty() {
+            self.commit(store, None)?;
+        }
+        // The marker alone, after the whole rewrite: its record ends the rewritten changelog.
+        self.batch
+            .put(keys::APPLIED_RESTORE, request_id.as_bytes().to_vec());
+        self.commit(store, Some(input_offset))?;
+        Ok(self.progress)
+    }
+}
+
+fn changelog_watermarks(
     context: &WorkerContext,
     task: u32,
     consumer: &BaseConsumer,
-) -> Result<HashMap<Vec<u8>, bool>, TaskError> {
-    let topic = context.config.kafka.changelog_topic.as_str();
-    let partition = partition_of(task)?;
-    let (low, high) = consumer
-        .fetch_watermarks(topic, partition, TIMEOUT)
-        .map_err(|e| TaskError::kafka("reading changelog watermarks", e))?;
-    let mut values = HashMap::new();
-    if low >= high {
-        return Ok(values);
+) -> Result<(i64, i64), TaskError> {
+    consumer
+        .fetch_watermarks(
+            context.config.kafka.changelog_topic.as_str(),
+            partition_of(task)?,
+            TIMEOUT,
+        )
+        .map_err(|e| TaskError::kafka("reading changelog watermarks", e))
+}
+
+/// A tombstone for every key the old changelog (offsets `old`) gives a value that the
+/// installed state does not hold. The state is asked key by key, so nothing but the current
+/// batch is held in memory; a key repeated in the changelog may get a second tombstone, which
+/// compaction removes.
+fn tombstone_keys_not_in_state(
+    context: &WorkerContext,
+    task: u32,
+    consumer: &BaseConsumer,
+    store: &mut RocksStore,
+    rewrite: &mut ChangelogRewrite<'_, '_>,
+    old: std::ops::Range<i64>,
+) -> Result<(), TaskError> {
+    if old.is_empty() {
+        return Ok(());
     }
+    let topic = context.config.kafka.changelog_topic.as_str();
     let mut assignment = TopicPartitionList::new();
     assignment
-        .add_partition_offset(topic, partition, Offset::Offset(low))
+        .add_partition_offset(topic, partition_of(task)?, Offset::Offset(old.start))
         .map_err(|e| TaskError::kafka("assigning the changelog partition", e))?;
     consumer
         .assign(&assignment)
@@ -258,13 +331,42 @@ fn changelog_last_values(
     loop {
         match consumer.poll(Duration::from_millis(200)) {
             None => {}
-            Some(Err(KafkaError::PartitionEOF(_))) => break,
+            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(()),
             Some(Err(error)) => return Err(TaskError::kafka("reading the changelog keys", error)),
             Some(Ok(message)) => {
-                let key = message.key().unwrap_or_default().to_vec();
-                values.insert(key, message.payload().is_some());
+                if message.offset() >= old.end {
+                    return Ok(());
+                }
+                rewrite.count(1);
+                let key = message.key().unwrap_or_default();
+                if message.payload().is_none()
+                    || is_reserved_key(key)
+                    || rewrite.batch.get(key).is_some()
+                    || store.get(key)?.is_some()
+                {
+                    continue;
+                }
+                rewrite.set(store, key.to_vec(), None)?;
             }
         }
     }
-    Ok(values)
+}
+
+/// Every key of the installed state with its value, walked a page at a time.
+fn write_every_state_key(
+    store: &mut RocksStore,
+    rewrite: &mut ChangelogRewrite<'_, '_>,
+) -> Result<(), TaskError> {
+    let mut from = Vec::new();
+    loop {
+        let page = store.scan_page(&from, REWRITE_BATCH)?;
+        let Some((last, _)) = page.last() else {
+            return Ok(());
+        };
+        from = [last.as_slice(), &[0]].concat();
+        for (key, value) in page {
+            rewrite.units += 1;
+            rewrite.set(store, key, Some(value))?;
+        }
+    }
 }

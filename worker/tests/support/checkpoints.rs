@@ -202,8 +202,14 @@ pub async fn delete_input_head(job: &Job, offset: i64) {
     .await;
 }
 
-/// Committed data records of changelog partition `task` from `from` to the end.
+/// How many committed data records changelog partition `task` holds from `from` to the end.
 pub fn changelog_records_from(job: &Job, task: u32, from: i64) -> u64 {
+    changelog_entries_from(job, task, from).len() as u64
+}
+
+/// The committed data records (key, value or `None` for a tombstone) of changelog partition
+/// `task` from `from` to the end, in offset order.
+pub fn changelog_entries_from(job: &Job, task: u32, from: i64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
     let topic = &job.config.kafka.changelog_topic;
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
@@ -216,24 +222,27 @@ pub fn changelog_records_from(job: &Job, task: u32, from: i64) -> u64 {
     let (_, high) = retrying("watermarks", || {
         consumer.fetch_watermarks(topic, task as i32, TIMEOUT)
     });
+    let mut entries = Vec::new();
     if from >= high {
-        return 0;
+        return entries;
     }
     let mut list = TopicPartitionList::new();
     list.add_partition_offset(topic, task as i32, Offset::Offset(from))
         .unwrap();
     consumer.assign(&list).unwrap();
-    let mut count = 0;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        assert!(Instant::now() < deadline, "counting {topic} timed out");
+        assert!(Instant::now() < deadline, "reading {topic} timed out");
         match consumer.poll(Duration::from_millis(200)) {
             None => {}
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => return count,
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => return entries,
             Some(Err(e)) => panic!("reading {topic}: {e}"),
             Some(Ok(m)) => {
                 assert!(m.offset() >= from);
-                count += 1;
+                entries.push((
+                    m.key().unwrap_or_default().to_vec(),
+                    m.payload().map(<[u8]>::to_vec),
+                ));
             }
         }
     }
