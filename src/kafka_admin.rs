@@ -8,7 +8,9 @@
 use crate::controller::DesiredTopic;
 use crate::controller::conditions::reasons;
 use crate::kafka_security::KafkaClientSecurity;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, ConfigEntry, NewTopic, ResourceSpecifier, TopicReplication,
+};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -28,6 +30,10 @@ const READ_CONFIGS: [&str; 4] = [
     "retention.bytes",
     "delete.retention.ms",
 ];
+
+/// How often, and how far apart, a topic's configs are asked for before giving up.
+const CONFIG_VISIBILITY_ATTEMPTS: u32 = 20;
+const CONFIG_VISIBILITY_PAUSE: Duration = Duration::from_millis(250);
 
 /// A failed admin request. `category()` is the condition reason and the metric label.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +72,10 @@ pub enum KafkaAdminError {
     },
     #[error("the broker says topic {topic} exists but its metadata does not show it yet")]
     NotVisible { topic: String },
+    #[error(
+        "topic {topic} exists, but the broker lists no configs for it (its metadata may still be catching up, or this client may not describe its configs)"
+    )]
+    ConfigsNotVisible { topic: String },
 }
 
 impl KafkaAdminError {
@@ -76,9 +86,25 @@ impl KafkaAdminError {
             KafkaAdminError::Client { .. }
             | KafkaAdminError::Unavailable { .. }
             | KafkaAdminError::Blocking { .. }
-            | KafkaAdminError::NotVisible { .. } => reasons::KAFKA_UNAVAILABLE,
+            | KafkaAdminError::NotVisible { .. }
+            | KafkaAdminError::ConfigsNotVisible { .. } => reasons::KAFKA_UNAVAILABLE,
         }
     }
+}
+
+/// The [`READ_CONFIGS`] among a topic's listed configs, or `None` when the broker listed none
+/// at all: it does not know the topic (yet), since a known topic lists every config.
+fn read_configs(entries: Vec<ConfigEntry>) -> Option<BTreeMap<String, String>> {
+    if entries.is_empty() {
+        return None;
+    }
+    Some(
+        entries
+            .into_iter()
+            .filter(|entry| READ_CONFIGS.contains(&entry.name.as_str()))
+            .filter_map(|entry| Some((entry.name, entry.value?)))
+            .collect(),
+    )
 }
 
 /// What the broker says about an existing topic.
@@ -250,28 +276,39 @@ impl KafkaAdmin {
         let Some(partitions) = self.partition_count(topic).await? else {
             return Ok(None);
         };
-        let results = self
-            .client
-            .describe_configs([&ResourceSpecifier::Topic(topic)], &Self::options())
-            .await
-            .map_err(|source| self.unavailable("DescribeConfigs", topic, source))?;
-        let mut config = BTreeMap::new();
-        for result in results {
-            let resource = result.map_err(|code| KafkaAdminError::Refused {
-                bootstrap: self.bootstrap.clone(),
-                operation: "describe the configs of",
-                topic: topic.to_string(),
-                code,
-            })?;
-            for entry in resource.entries {
-                if READ_CONFIGS.contains(&entry.name.as_str())
-                    && let Some(value) = entry.value
-                {
-                    config.insert(entry.name, value);
-                }
-            }
-        }
+        let config = self.topic_config(topic).await?;
         Ok(Some(TopicFacts { partitions, config }))
+    }
+
+    /// The configs [`READ_CONFIGS`] of an existing `topic`. A broker whose metadata does not
+    /// show the topic yet answers with an error for it, which rust-rdkafka drops: the answer
+    /// then lists no config at all (a known topic lists every config, defaults included), and
+    /// the broker is asked again for a few seconds.
+    async fn topic_config(&self, topic: &str) -> Result<BTreeMap<String, String>, KafkaAdminError> {
+        for _ in 0..CONFIG_VISIBILITY_ATTEMPTS {
+            let results = self
+                .client
+                .describe_configs([&ResourceSpecifier::Topic(topic)], &Self::options())
+                .await
+                .map_err(|source| self.unavailable("DescribeConfigs", topic, source))?;
+            let mut entries = Vec::new();
+            for result in results {
+                let resource = result.map_err(|code| KafkaAdminError::Refused {
+                    bootstrap: self.bootstrap.clone(),
+                    operation: "describe the configs of",
+                    topic: topic.to_string(),
+                    code,
+                })?;
+                entries.extend(resource.entries);
+            }
+            if let Some(config) = read_configs(entries) {
+                return Ok(config);
+            }
+            tokio::time::sleep(CONFIG_VISIBILITY_PAUSE).await;
+        }
+        Err(KafkaAdminError::ConfigsNotVisible {
+            topic: topic.to_string(),
+        })
     }
 
     async fn partition_count(&self, topic: &str) -> Result<Option<i32>, KafkaAdminError> {
@@ -393,4 +430,44 @@ impl KafkaAdmin {
 pub enum Creation {
     Created,
     AlreadyExisted,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::admin::ConfigSource;
+
+    fn entry(name: &str, value: Option<&str>) -> ConfigEntry {
+        ConfigEntry {
+            name: name.into(),
+            value: value.map(Into::into),
+            source: ConfigSource::Default,
+            is_read_only: false,
+            is_default: true,
+            is_sensitive: false,
+        }
+    }
+
+    #[test]
+    fn a_topic_the_broker_does_not_know_yet_lists_no_configs() {
+        assert_eq!(read_configs(Vec::new()), None);
+    }
+
+    #[test]
+    fn only_the_configs_the_operator_reads_are_kept() {
+        let config = read_configs(vec![
+            entry("cleanup.policy", Some("compact")),
+            entry("retention.ms", Some("604800000")),
+            entry("retention.bytes", None),
+            entry("segment.ms", Some("100")),
+        ])
+        .unwrap();
+        assert_eq!(
+            config,
+            BTreeMap::from([
+                ("cleanup.policy".to_string(), "compact".to_string()),
+                ("retention.ms".to_string(), "604800000".to_string()),
+            ])
+        );
+    }
 }

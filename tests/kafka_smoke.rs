@@ -5,7 +5,7 @@
 
 mod support;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -159,11 +159,7 @@ async fn compacted_topic_keeps_the_last_value_per_key() {
     )
     .await;
 
-    let configs = admin()
-        .describe_configs([&ResourceSpecifier::Topic(&topic)], &AdminOptions::new())
-        .await
-        .expect("describe_configs");
-    let resource = configs.into_iter().next().unwrap().expect("topic config");
+    let resource = support::topic_configs(&admin(), &topic).await;
     let policy = resource.get("cleanup.policy").and_then(|e| e.value.clone());
     assert_eq!(policy.as_deref(), Some("compact"));
 

@@ -11,7 +11,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use std::collections::BTreeMap;
@@ -115,19 +115,10 @@ pub async fn describe_topic(topic: &str) -> Option<(usize, BTreeMap<String, Stri
         return None;
     }
     let partitions = found.partitions().len();
-    let configs = admin
-        .describe_configs(
-            [&ResourceSpecifier::Topic(topic)],
-            &AdminOptions::new().request_timeout(Some(TIMEOUT)),
-        )
-        .await
-        .expect("describe_configs");
     let mut config = BTreeMap::new();
-    for resource in configs {
-        for entry in resource.expect("topic config").entries {
-            if let Some(value) = entry.value {
-                config.insert(entry.name, value);
-            }
+    for entry in support::topic_configs(&admin, topic).await.entries {
+        if let Some(value) = entry.value {
+            config.insert(entry.name, value);
         }
     }
     Some((partitions, config))

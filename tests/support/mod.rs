@@ -102,3 +102,35 @@ pub fn s3_client(settings: &S3Settings) -> aws_sdk_s3::Client {
         .build();
     aws_sdk_s3::Client::from_conf(config)
 }
+
+/// The configs of `topic`, asked for until the broker's metadata shows the topic: before
+/// that, the broker answers with an error for it, which rust-rdkafka drops, leaving a resource
+/// with no config at all (a known topic lists every config, defaults included).
+pub async fn topic_configs(
+    admin: &rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext>,
+    topic: &str,
+) -> rdkafka::admin::ConfigResource {
+    use rdkafka::admin::{AdminOptions, ResourceSpecifier};
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let resource = admin
+            .describe_configs(
+                [&ResourceSpecifier::Topic(topic)],
+                &AdminOptions::new().request_timeout(Some(std::time::Duration::from_secs(10))),
+            )
+            .await
+            .expect("describe_configs")
+            .into_iter()
+            .next()
+            .expect("one resource asked, one answered")
+            .expect("topic config");
+        if !resource.entries.is_empty() {
+            return resource;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the broker lists no configs for {topic} after 15 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}

@@ -434,21 +434,37 @@ fn changelog_delete_retention_ms(context: &WorkerContext, topic: &str) -> Result
             .create()
             .map_err(|e| TaskError::kafka("creating an admin client", e))?;
     let options = AdminOptions::new().request_timeout(Some(TIMEOUT));
-    let results = futures::executor::block_on(
-        admin.describe_configs([&ResourceSpecifier::Topic(topic)], &options),
-    )
-    .map_err(|e| TaskError::kafka("describing the changelog topic", e))?;
-    let config = results
-        .into_iter()
-        .next()
-        .ok_or_else(|| TaskError::Changelog(format!("no configuration returned for {topic}")))?
-        .map_err(|code| TaskError::Changelog(format!("describing {topic}: {code}")))?;
-    config
-        .get("delete.retention.ms")
-        .and_then(|entry| entry.value.as_deref())
-        .and_then(|value| value.parse().ok())
-        .ok_or_else(|| TaskError::Changelog(format!("{topic} has no readable delete.retention.ms")))
+    // A broker whose metadata does not show the topic yet answers with an error for it, which
+    // rust-rdkafka drops: the answer then lists no config at all. Ask again for a few seconds.
+    for _ in 0..CONFIG_VISIBILITY_ATTEMPTS {
+        let results = futures::executor::block_on(
+            admin.describe_configs([&ResourceSpecifier::Topic(topic)], &options),
+        )
+        .map_err(|e| TaskError::kafka("describing the changelog topic", e))?;
+        let config = results
+            .into_iter()
+            .next()
+            .ok_or_else(|| TaskError::Changelog(format!("no configuration returned for {topic}")))?
+            .map_err(|code| TaskError::Changelog(format!("describing {topic}: {code}")))?;
+        if config.entries.is_empty() {
+            std::thread::sleep(CONFIG_VISIBILITY_PAUSE);
+            continue;
+        }
+        return config
+            .get("delete.retention.ms")
+            .and_then(|entry| entry.value.as_deref())
+            .and_then(|value| value.parse().ok())
+            .ok_or_else(|| {
+                TaskError::Changelog(format!("{topic} has no readable delete.retention.ms"))
+            });
+    }
+    Err(TaskError::Changelog(format!(
+        "the broker lists no configs for {topic} yet (its metadata is catching up)"
+    )))
 }
+
+const CONFIG_VISIBILITY_ATTEMPTS: u32 = 20;
+const CONFIG_VISIBILITY_PAUSE: Duration = Duration::from_millis(250);
 
 #[cfg(test)]
 mod tests {
