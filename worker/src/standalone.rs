@@ -105,7 +105,12 @@ async fn run_async(config: WorkerConfig, share: TaskShare) -> Result<(), Standal
     tokio::pin!(signal);
     let partitions = tokio::select! {
         found = discovery => found.map_err(StandaloneError::Discovery)??,
-        () = &mut signal => None,
+        () = &mut signal => {
+            // The discovery thread retries until this is set, and the runtime waits for it
+            // before the process can exit.
+            context.shutdown.store(true, Ordering::SeqCst);
+            None
+        }
     };
     let Some(partitions) = partitions else {
         tracing::info!("shut down before the tasks started");

@@ -109,3 +109,29 @@ async fn worker_started_without_a_reachable_broker_waits_then_runs_exactly() {
         "state differs"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_while_the_broker_is_unreachable_stops_the_worker() {
+    let input = unique("unreachable-stop-input");
+    create_topic(&input, 1, false).await;
+    let mut job = Job::new("unreachable-stop", &input, 1, aggregate_processor()).await;
+    job.config.kafka.bootstrap_servers = format!("127.0.0.1:{}", free_port());
+    let mut worker = job.spawn_with(&job.config.state.dir, None, None);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !worker.log().contains("cannot reach Kafka; retrying") {
+        assert!(
+            Instant::now() < deadline,
+            "the worker never tried the broker:\n{}",
+            worker.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // One metadata request waits up to 10 s and one backoff up to 5 s; the pod's grace period
+    // is 30 s by default.
+    worker.terminate(Duration::from_secs(20));
+    assert!(
+        worker.log().contains("shut down before the tasks started"),
+        "{}",
+        worker.log_tail()
+    );
+}
