@@ -12,6 +12,7 @@ mod support;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
+use support::checkpoints::wait_for;
 use support::*;
 
 /// Accepts on `listener` and copies bytes both ways to `target`, a thread per direction.
@@ -117,15 +118,11 @@ async fn sigterm_while_the_broker_is_unreachable_stops_the_worker() {
     let mut job = Job::new("unreachable-stop", &input, 1, aggregate_processor()).await;
     job.config.kafka.bootstrap_servers = format!("127.0.0.1:{}", free_port());
     let mut worker = job.spawn_with(&job.config.state.dir, None, None);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !worker.log().contains("cannot reach Kafka; retrying") {
-        assert!(
-            Instant::now() < deadline,
-            "the worker never tried the broker:\n{}",
-            worker.log_tail()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for(
+        "the worker to try the broker",
+        Duration::from_secs(30),
+        || worker.log().contains("cannot reach Kafka; retrying"),
+    );
     // One metadata request waits up to 10 s and one backoff up to 5 s; the pod's grace period
     // is 30 s by default.
     worker.terminate(Duration::from_secs(20));
