@@ -160,6 +160,26 @@ pub struct TaskReport {
     pub last_checkpoint: Option<CheckpointReport>,
     /// The id of the newest restore request (`spec.restore.id`) this task's state has applied.
     pub applied_restore_id: Option<String>,
+    /// Input records retention deleted before this task processed them, found when it last
+    /// started consuming (a recovery gap: the state lacks them for good).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_gap: Option<InputGap>,
+}
+
+/// A range of input offsets `[from_offset, to_offset)` the task never processed because the
+/// broker had deleted them (retention) before it got to them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InputGap {
+    pub from_offset: i64,
+    pub to_offset: i64,
+}
+
+impl InputGap {
+    /// How many input records were lost.
+    pub fn records(&self) -> u64 {
+        u64::try_from(self.to_offset - self.from_offset).unwrap_or(0)
+    }
 }
 
 impl TaskReport {
@@ -176,6 +196,7 @@ impl TaskReport {
             restore: None,
             last_checkpoint: None,
             applied_restore_id: None,
+            input_gap: None,
         }
     }
 }
@@ -207,6 +228,10 @@ mod tests {
                 reprocessed_input_records: None,
             }),
             applied_restore_id: Some("incident-3".into()),
+            input_gap: Some(InputGap {
+                from_offset: 40,
+                to_offset: 100,
+            }),
             ..TaskReport::new(2, TaskRole::Active)
         }
     }
@@ -227,6 +252,11 @@ mod tests {
         assert_eq!(task["appliedRestoreId"], "incident-3");
         assert_eq!(task["restore"]["source"], "checkpoint");
         assert_eq!(task["restore"]["download"]["bytesTotal"], 4 << 20);
+        assert_eq!(task["inputGap"]["fromOffset"], 40);
+        assert!(
+            value["tasks"][1].get("inputGap").is_none(),
+            "absent, not null"
+        );
     }
 
     #[test]

@@ -57,6 +57,11 @@ pub struct KafkaConfig {
     /// ...or when it holds this many input records, whichever comes first.
     #[serde(default = "default_commit_max_records")]
     pub commit_max_records: u32,
+    /// The producer's `transaction.timeout.ms`: the coordinator aborts a transaction open
+    /// longer than this. A task whose transaction was aborted so retries from its committed
+    /// state; it is not fenced.
+    #[serde(with = "serde_go", default = "default_transaction_timeout")]
+    pub transaction_timeout: Duration,
 }
 
 fn default_commit_interval() -> Duration {
@@ -65,6 +70,15 @@ fn default_commit_interval() -> Duration {
 
 fn default_commit_max_records() -> u32 {
     10_000
+}
+
+impl KafkaConfig {
+    /// The transaction timeout when the config names none.
+    pub const DEFAULT_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+}
+
+fn default_transaction_timeout() -> Duration {
+    KafkaConfig::DEFAULT_TRANSACTION_TIMEOUT
 }
 
 /// TLS and SASL settings; secrets are files mounted from Kubernetes Secrets, never inline.
@@ -289,6 +303,12 @@ impl Versioned for WorkerConfig {
         if self.kafka.commit_max_records == 0 {
             return Err(invalid("kafka.commitMaxRecords", "must be at least 1"));
         }
+        if self.kafka.transaction_timeout <= self.kafka.commit_interval {
+            return Err(invalid(
+                "kafka.transactionTimeout",
+                "must be longer than kafka.commitInterval, or every transaction times out",
+            ));
+        }
         if self.checkpoint.interval < Duration::from_secs(1) {
             return Err(invalid("checkpoint.interval", "must be at least 1s"));
         }
@@ -352,6 +372,7 @@ mod tests {
                 security: KafkaSecurity::default(),
                 commit_interval: Duration::from_millis(100),
                 commit_max_records: 10_000,
+                transaction_timeout: Duration::from_secs(60),
             },
             processor: ProcessorConfig {
                 key_field: "card".into(),

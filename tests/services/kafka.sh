@@ -179,6 +179,9 @@ transaction.state.log.min.isr=1
 transaction.state.log.num.partitions=1
 group.initial.rebalance.delay.ms=0
 log.cleaner.backoff.ms=500
+# The coordinator looks for timed-out transactions every second (default 10 s), so a test of a
+# transaction aborted by its timeout does not wait out the default cleanup interval.
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 PROPS
   cat > "$STATE/log4j2.properties" <<LOG4J
 status = warn

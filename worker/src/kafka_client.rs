@@ -99,7 +99,16 @@ pub fn transactional_producer_config(
     config
         .set("transactional.id", transactional_id)
         .set("enable.idempotence", "true")
-        .set("transaction.timeout.ms", "60000")
+        .set(
+            "transaction.timeout.ms",
+            kafka.transaction_timeout.as_millis().to_string(),
+        )
+        // Set, not left to the default, because the loop checks every record against it
+        // before producing (`task::record_size`).
+        .set(
+            "message.max.bytes",
+            crate::task::MAX_RECORD_BYTES.to_string(),
+        )
         .set("linger.ms", "5")
         .set("batch.size", "1000000")
         .set("compression.type", "lz4")

@@ -57,6 +57,9 @@ pub struct WorkerMetrics {
     pub restore_download_bytes: Family<TaskLabel, Counter>,
     pub restore_download_target_bytes: Family<TaskLabel, Gauge>,
     pub restore_download_bytes_per_second: Family<TaskLabel, Gauge<f64, AtomicU64>>,
+    pub input_offset_repairs: Family<ReasonLabel, Counter>,
+    pub input_records_lost: Family<TaskLabel, Counter>,
+    pub input_offset_refreshes: Family<TaskLabel, Counter>,
 }
 
 impl WorkerMetrics {
@@ -90,6 +93,9 @@ impl WorkerMetrics {
             restore_download_bytes: Family::default(),
             restore_download_target_bytes: Family::default(),
             restore_download_bytes_per_second: Family::default(),
+            input_offset_repairs: Family::default(),
+            input_records_lost: Family::default(),
+            input_offset_refreshes: Family::default(),
         };
         let r = &mut registry;
         r.register(
@@ -221,6 +227,21 @@ impl WorkerMetrics {
             "restore_download_rate_bytes_per_second",
             "Download rate of the running checkpoint restore",
             metrics.restore_download_bytes_per_second.clone(),
+        );
+        r.register(
+            "input_offset_repairs",
+            "Starts where Kafka's committed input offset disagreed with the state's position and was written again, by how (missing, behind, ahead)",
+            metrics.input_offset_repairs.clone(),
+        );
+        r.register(
+            "input_lost_records",
+            "Input records retention deleted before the task processed them (a recovery gap)",
+            metrics.input_records_lost.clone(),
+        );
+        r.register(
+            "input_offset_refreshes",
+            "Commits of an idle task's unchanged input offset, which keep Kafka from expiring it",
+            metrics.input_offset_refreshes.clone(),
         );
         Self {
             registry: Arc::new(registry),

@@ -101,14 +101,26 @@ async fn graceful_restart_replays_nothing() {
     let input = input_topic(8_000).await;
     let job = Job::new("graceful", &input, PARTITIONS, count_processor()).await;
     let mut worker = job.start(None);
-    std::thread::sleep(Duration::from_millis(800));
+    // Stop it part-way: once some input is committed, before all of it is.
+    support::checkpoints::wait_for("a first commit", Duration::from_secs(60), || {
+        job.committed_offsets().values().any(|offset| *offset > 0)
+    });
     worker.terminate(Duration::from_secs(30));
 
     let mut worker = job.start(None);
     job.wait_until_caught_up(&mut worker, Duration::from_secs(120));
     worker.terminate(Duration::from_secs(30));
+    let log = worker.log();
+    let finished = log
+        .lines()
+        .filter(|l| l.contains("restore finished"))
+        .count();
     assert_eq!(
-        replayed_records(&worker.log()),
+        finished, PARTITIONS as usize,
+        "one finished restore per task:\n{log}"
+    );
+    assert_eq!(
+        replayed_records(&log),
         0,
         "a restart after SIGTERM must replay no changelog record"
     );
@@ -141,8 +153,14 @@ async fn corrupt_local_state_is_rebuilt_from_the_changelog() {
 
     let mut worker = job.start(None);
     job.wait_until_caught_up(&mut worker, Duration::from_secs(120));
-    // Wait until task 2 reports Running again, then stop.
-    std::thread::sleep(Duration::from_millis(500));
+    // Committed offsets were already at the end, so wait for every task's restore itself.
+    support::checkpoints::wait_for("every task restored", Duration::from_secs(120), || {
+        let log = worker.log();
+        log.lines()
+            .filter(|l| l.contains("restore finished"))
+            .count()
+            == PARTITIONS as usize
+    });
     worker.terminate(Duration::from_secs(30));
     let log = worker.log();
     assert!(
@@ -220,5 +238,48 @@ async fn bad_records_go_to_the_dead_letter_topic_and_the_task_goes_on() {
         last_count.values().sum::<u64>(),
         300,
         "only the 300 valid records are counted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_whose_output_cannot_be_produced_is_dead_lettered_and_the_task_goes_on() {
+    let topic = unique("big-key-input");
+    create_topic(&topic, 1, false).await;
+    // A valid record whose 600 KB card is repeated in its output (key and value): 1.2 MB, over
+    // any producer's limit. Its changelog record alone (600 KB) would fit.
+    let big_card = "x".repeat(600_000);
+    let big = (
+        "big".to_string(),
+        format!(r#"{{"card":"{big_card}","amount":1,"ts":1764000000000}}"#),
+    );
+    let mut records: Vec<(String, String)> = (0..1_000).map(|i| card_event(i, 20)).collect();
+    records.push(big.clone());
+    records.extend((1_000..2_000).map(|i| card_event(i, 20)));
+    produce(&topic, 1, records);
+    let job = Job::new("big-key", &topic, 1, count_processor()).await;
+    let mut worker = job.start(None);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(60));
+    worker.terminate(Duration::from_secs(30));
+
+    let dead = read_committed(&job.config.kafka.dead_letter_topic, 1)
+        .remove(&0)
+        .unwrap_or_default();
+    assert_eq!(dead.len(), 1, "exactly the big record is dead-lettered");
+    assert_eq!(
+        dead[0].headers["streamkeeper.reason"],
+        "derived-record-too-large"
+    );
+    assert_eq!(dead[0].headers["streamkeeper.source.offset"], "1000");
+    assert_eq!(
+        dead[0].value.as_deref(),
+        Some(big.1.as_str()),
+        "its payload"
+    );
+    let output = job.output().remove(&0).unwrap();
+    assert_eq!(output.len(), 2_000, "one output per normal record");
+    let state = job.local_state().remove(&0).unwrap();
+    assert!(
+        state.keys().all(|key| key.len() < 1_000),
+        "the refused record changed no state"
     );
 }

@@ -15,6 +15,7 @@
 //! | `x` | dedup expiry index       | `x` expiry(8, ordered) key            | `Marker`       |
 //! | `m` | task metadata            | `m` `stream_time`                     | time           |
 //! | `m` | applied restore request  | `m` `applied_restore`                 | request id     |
+//! | `m` | input position           | `m` `input_position`                  | version, offset|
 
 use super::codec::StateCodecError;
 
@@ -33,6 +34,12 @@ pub const EXPIRY: u8 = b'x';
 /// travels with the changelog and the checkpoints, so a request is applied once wherever the
 /// task is restored later.
 pub const APPLIED_RESTORE: &[u8] = b"mapplied_restore";
+
+/// The key holding the input offset the state has consumed up to (the next one to read). Every
+/// transaction that consumes input writes it, so the changelog, every checkpoint and every
+/// restored state know their input position, even when Kafka's committed offsets are gone.
+/// Its value is encoded by `task::input_position`.
+pub const INPUT_POSITION: &[u8] = b"minput_position";
 
 /// The key holding the task's stream time (max event time seen).
 pub const STREAM_TIME: &[u8] = b"mstream_time";

@@ -65,6 +65,23 @@ impl ChangeSet {
             .map(|(k, v)| (k.as_slice(), v.as_deref()))
     }
 
+    /// The change to `key` as owned data: `None` when unchanged (for [`ChangeSet::restore`]).
+    pub fn entry(&self, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        self.entries.get(key).cloned()
+    }
+
+    /// Puts back what [`ChangeSet::entry`] returned: `None` removes the change to `key`.
+    pub fn restore(&mut self, key: Vec<u8>, entry: Option<Option<Vec<u8>>>) {
+        match entry {
+            Some(value) => {
+                self.entries.insert(key, value);
+            }
+            None => {
+                self.entries.remove(&key);
+            }
+        }
+    }
+
     /// Number of changed keys.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -5,8 +5,13 @@
 //! produces one changelog record per changed key from [`Overlay::changes`] and, once the
 //! Kafka transaction committed, hands [`Overlay::into_changes`] to [`StateStore::commit`].
 //! On abort it calls [`Overlay::clear`]. The overlay never writes to the store itself.
+//!
+//! It also remembers what each key it wrote held before its first write, so the writes made
+//! through this overlay alone (one input record's) can be undone ([`Overlay::undo`]) when the
+//! loop refuses that record, leaving the rest of the transaction as it was.
 
 use std::cmp::Ordering;
+use std::collections::BTreeMap;
 use std::iter::Peekable;
 
 use super::api::StateStore;
@@ -19,6 +24,8 @@ use crate::processor::{Entry, StateAccess, StateError};
 pub struct Overlay<'a> {
     base: &'a dyn StateStore,
     changes: ChangeSet,
+    /// Per key written through this overlay, its change before the first write.
+    before: BTreeMap<Vec<u8>, Option<Option<Vec<u8>>>>,
 }
 
 impl std::fmt::Debug for Overlay<'_> {
@@ -39,7 +46,32 @@ impl<'a> Overlay<'a> {
     /// An overlay over `base` holding `changes` (e.g. a cleared set reused for its
     /// allocation, or changes carried across a borrow of the store).
     pub fn with_changes(base: &'a dyn StateStore, changes: ChangeSet) -> Self {
-        Self { base, changes }
+        Self {
+            base,
+            changes,
+            before: BTreeMap::new(),
+        }
+    }
+
+    /// The keys written through this overlay, with their change now (`None`: deleted).
+    pub fn written(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> + '_ {
+        self.before.keys().map(|key| {
+            let now = self.changes.get(key).flatten();
+            (key.as_slice(), now)
+        })
+    }
+
+    /// Takes back every write made through this overlay; earlier changes stay.
+    pub fn undo(&mut self) {
+        for (key, before) in std::mem::take(&mut self.before) {
+            self.changes.restore(key, before);
+        }
+    }
+
+    fn remember(&mut self, key: &[u8]) {
+        if !self.before.contains_key(key) {
+            self.before.insert(key.to_vec(), self.changes.entry(key));
+        }
     }
 
     /// The coalesced changes so far, in key order (last write per key wins).
@@ -55,6 +87,7 @@ impl<'a> Overlay<'a> {
     /// Forgets every uncommitted change (the transaction was aborted).
     pub fn clear(&mut self) {
         self.changes.clear();
+        self.before.clear();
     }
 
     fn check_key(&self, op: &'static str, key: &[u8]) -> Result<(), StateError> {
@@ -83,12 +116,14 @@ impl StateAccess for Overlay<'_> {
 
     fn put(&mut self, key: &[u8], value: Vec<u8>) -> Result<(), StateError> {
         self.check_key("put", key)?;
+        self.remember(key);
         self.changes.put(key, value);
         Ok(())
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<(), StateError> {
         self.check_key("delete", key)?;
+        self.remember(key);
         self.changes.delete(key);
         Ok(())
     }

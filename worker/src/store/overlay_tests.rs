@@ -92,6 +92,39 @@ fn clear_discards_an_aborted_transaction() {
 }
 
 #[test]
+fn undo_takes_back_only_the_writes_of_this_overlay() {
+    let dir = tempdir().unwrap();
+    let mut store = open_empty(dir.path(), 0);
+    store
+        .commit(&changes(&[("ca", Some("1"))]), &meta(0, 1, 1))
+        .unwrap();
+    // Earlier records of the transaction changed cb and cc.
+    let earlier = changes(&[("cb", Some("1")), ("cc", None)]);
+    let mut overlay = Overlay::with_changes(&store, earlier.clone());
+    overlay.put(b"ca", bytes("2")).unwrap();
+    overlay.put(b"cb", bytes("2")).unwrap();
+    overlay.put(b"cb", bytes("3")).unwrap();
+    overlay.put(b"cd", bytes("1")).unwrap();
+    let written: Vec<_> = overlay.written().collect();
+    assert_eq!(
+        written,
+        vec![
+            (&b"ca"[..], Some(&b"2"[..])),
+            (&b"cb"[..], Some(&b"3"[..])),
+            (&b"cd"[..], Some(&b"1"[..]))
+        ]
+    );
+    overlay.undo();
+    assert_eq!(
+        overlay.changes(),
+        &earlier,
+        "the earlier records' changes stay"
+    );
+    assert_eq!(overlay.get(b"ca").unwrap(), Some(bytes("1")));
+    assert_eq!(overlay.written().count(), 0);
+}
+
+#[test]
 fn reserved_keys_are_refused_and_never_scanned() {
     let dir = tempdir().unwrap();
     let mut store = open_empty(dir.path(), 0);

@@ -4,6 +4,10 @@
 //! overlay and the offsets to RocksDB in one atomic write. Local state therefore never holds an
 //! uncommitted change, and a restart needs only a delta replay.
 
+use super::dead_letter::DeadLetter;
+use super::fence;
+use super::input_position::{self, InputFacts, InputStart};
+use super::record_size;
 use super::restore::partition_of;
 use super::{TaskError, WorkerContext};
 use crate::checkpoint::TaskCheckpoints;
@@ -11,16 +15,29 @@ use crate::failpoint;
 use crate::kafka_client;
 use crate::metrics::{ReasonLabel, TaskLabel};
 use crate::processor::config::ProcessorConfig;
+use crate::processor::keys;
 use crate::processor::{Pipeline, ProcessError};
 use crate::store::{ChangeSet, Overlay, RocksStore, StateStore, TaskMetadata};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use std::time::{Duration, Instant};
 
 const KAFKA_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long an idle task waits before committing its unchanged input offset again; far below
+/// Kafka's default offset retention of 7 days. `STREAMKEEPER_OFFSET_REFRESH_SECONDS` overrides it
+/// (tests use seconds).
+const OFFSET_REFRESH: Duration = Duration::from_secs(3600);
+
+fn offset_refresh_interval() -> Duration {
+    std::env::var("STREAMKEEPER_OFFSET_REFRESH_SECONDS")
+        .ok()
+        .and_then(|text| text.parse::<f64>().ok())
+        .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
+        .map_or(OFFSET_REFRESH, Duration::from_secs_f64)
+}
 
 pub struct ActiveLoop<'a> {
     context: &'a WorkerContext,
@@ -45,10 +62,14 @@ impl<'a> ActiveLoop<'a> {
         producer
             .init_transactions(KAFKA_TIMEOUT)
             .map_err(|e| TaskError::kafka("init_transactions", e))?;
-        let input: BaseConsumer =
-            kafka_client::consumer_config(&config.kafka, &config.job.group_id())?
-                .create()
-                .map_err(|e| TaskError::kafka("creating the input consumer", e))?;
+        let mut input_config =
+            kafka_client::consumer_config(&config.kafka, &config.job.group_id())?;
+        // An offset retention has deleted is an error here, not a silent jump to the earliest
+        // record: the task restarts from its state and reports the gap (`input_position`).
+        input_config.set("auto.offset.reset", "error");
+        let input: BaseConsumer = input_config
+            .create()
+            .map_err(|e| TaskError::kafka("creating the input consumer", e))?;
         let processor_config = ProcessorConfig::from(&config.processor);
         let pipeline = Pipeline::from_config(&processor_config)
             .map_err(|e| TaskError::Internal(format!("processor config: {e}")))?;
@@ -73,30 +94,75 @@ impl<'a> ActiveLoop<'a> {
             .map_err(|e| TaskError::kafka("creating the changelog consumer", e))
     }
 
-    /// Positions the input at the committed offset. The offset committed in the last Kafka
-    /// transaction is the truth; the state restored from the changelog matches it exactly.
+    /// Positions the input where the state's own position says, by the rule in
+    /// [`input_position`]: Kafka's committed offset is a copy that may be gone or moved, and a
+    /// disagreement is repaired (committed again), a recovery gap reported, never either one
+    /// silently followed.
     pub fn resume_input(&mut self, store: &mut RocksStore) -> Result<(), TaskError> {
         let topic = self.context.config.kafka.input_topic.as_str();
-        let offset = self.committed_input_offset()?;
-        let start = match offset {
-            Some(offset) => Offset::Offset(offset),
-            None => Offset::Beginning,
+        let committed = self.committed_input_offset()?;
+        let (log_start, log_end) = self
+            .input
+            .fetch_watermarks(topic, self.partition, KAFKA_TIMEOUT)
+            .map_err(|e| TaskError::kafka("reading input watermarks", e))?;
+        let state_position = store.metadata().map_or(0, |m| m.next_input_offset);
+        let facts = InputFacts {
+            state_position,
+            committed,
+            log_start,
+            log_end,
+        };
+        let resume = match input_position::decide(self.task, facts) {
+            InputStart::Resume(resume) => resume,
+            InputStart::Stop(reason) => return Err(TaskError::InputPosition(reason)),
         };
         let mut assignment = TopicPartitionList::new();
         assignment
-            .add_partition_offset(topic, self.partition, start)
+            .add_partition_offset(topic, self.partition, Offset::Offset(resume.offset))
             .map_err(|e| TaskError::kafka("assigning the input partition", e))?;
         self.input
             .assign(&assignment)
             .map_err(|e| TaskError::kafka("assigning the input partition", e))?;
-        let mut meta = store
-            .metadata()
-            .unwrap_or_else(|| TaskMetadata::initial(self.task));
-        meta.next_input_offset = offset.unwrap_or(0);
-        tracing::info!(task = self.task, input_offset = ?offset, changelog_offset = meta.next_changelog_offset, "resuming input");
+        if let Some(gap) = resume.gap {
+            self.context
+                .metrics
+                .input_records_lost
+                .get_or_create(&TaskLabel { task: self.task })
+                .inc_by(gap.records());
+            tracing::error!(
+                task = self.task,
+                from_offset = gap.from_offset,
+                to_offset = gap.to_offset,
+                records = gap.records(),
+                "recovery gap: the input's retention deleted these records before the task processed them; the state lacks them for good"
+            );
+            self.context
+                .board
+                .update(self.task, |r| r.input_gap = Some(gap));
+        }
+        if let Some(disagreement) = resume.disagreement {
+            self.context
+                .metrics
+                .input_offset_repairs
+                .get_or_create(&ReasonLabel {
+                    task: self.task,
+                    reason: disagreement.as_str().into(),
+                })
+                .inc();
+            tracing::warn!(task = self.task, committed = ?committed, state_position, resume_at = resume.offset, how = disagreement.as_str(), "Kafka's committed input offset disagrees with the state's position; the state is the truth, committing its position again");
+            self.commit_changes(store, ChangeSet::new(), Some(resume.offset))?;
+        }
+        let changelog_offset = store.metadata().map_or(0, |m| m.next_changelog_offset);
+        tracing::info!(
+            task = self.task,
+            input_offset = resume.offset,
+            ?committed,
+            changelog_offset,
+            "resuming input"
+        );
         self.context.board.update(self.task, |r| {
-            r.next_input_offset = offset;
-            r.next_changelog_offset = Some(meta.next_changelog_offset);
+            r.next_input_offset = Some(resume.offset);
+            r.next_changelog_offset = Some(changelog_offset);
         });
         Ok(())
     }
@@ -109,9 +175,27 @@ impl<'a> ActiveLoop<'a> {
         store: &mut RocksStore,
         checkpoints: Option<&TaskCheckpoints>,
     ) -> Result<(), TaskError> {
+        let mut open_since = None;
+        let result = self.run_transactions(store, checkpoints, &mut open_since);
+        result.map_err(|error| {
+            let open_for = open_since.map(|at: Instant| at.elapsed());
+            fence::timed_out_or_fenced(self.context, self.task, error, open_for, store)
+        })
+    }
+
+    /// The loop itself; `open_since` tells the caller how long the open transaction (if any)
+    /// had been open when an error ended it.
+    fn run_transactions(
+        &mut self,
+        store: &mut RocksStore,
+        checkpoints: Option<&TaskCheckpoints>,
+        open_since: &mut Option<Instant>,
+    ) -> Result<(), TaskError> {
         let kafka = &self.context.config.kafka;
         let mut txn: Option<Transaction> = None;
         let mut last_lag_check: Option<Instant> = None;
+        let refresh_every = offset_refresh_interval();
+        let mut last_commit = Instant::now();
         loop {
             let shutting_down = self.context.shutting_down();
             if let Some(open) = &txn {
@@ -122,10 +206,16 @@ impl<'a> ActiveLoop<'a> {
                         .take()
                         .ok_or_else(|| TaskError::Internal("no transaction".into()))?;
                     self.commit(store, open)?;
+                    *open_since = None;
+                    last_commit = Instant::now();
                 }
             }
             if shutting_down {
                 return Ok(());
+            }
+            if txn.is_none() && last_commit.elapsed() >= refresh_every {
+                self.refresh_input_offset(store)?;
+                last_commit = Instant::now();
             }
             if let Some(checkpoints) = checkpoints {
                 checkpoints.maybe_checkpoint(store);
@@ -144,6 +234,7 @@ impl<'a> ActiveLoop<'a> {
                     .begin_transaction()
                     .map_err(|e| TaskError::kafka("begin_transaction", e))?;
                 txn = Some(Transaction::new());
+                *open_since = Some(Instant::now());
             }
             let open = txn
                 .as_mut()
@@ -167,6 +258,18 @@ impl<'a> ActiveLoop<'a> {
         let result = self
             .pipeline
             .process(payload, self.partition, offset, &mut overlay);
+        // A record whose derived records cannot be produced would wedge the partition: its
+        // changes are undone and it goes to the dead-letter topic instead.
+        let result = result.map(|output| {
+            let lengths = output.records.iter().map(|r| (r.key.len(), r.value.len()));
+            match record_size::first_oversized(lengths, overlay.written()) {
+                None => Ok(output),
+                Some(oversized) => Err(oversized),
+            }
+        });
+        if matches!(result, Ok(Err(_))) {
+            overlay.undo();
+        }
         txn.changes = overlay.into_changes();
         txn.records += 1;
         txn.next_input_offset = Some(offset + 1);
@@ -176,8 +279,8 @@ impl<'a> ActiveLoop<'a> {
             .records_processed
             .get_or_create(&label)
             .inc();
-        match result {
-            Ok(output) => {
+        let refused = match result {
+            Ok(Ok(output)) => {
                 if let Some(reason) = output.dropped {
                     self.context
                         .metrics
@@ -196,60 +299,49 @@ impl<'a> ActiveLoop<'a> {
                     )?;
                     txn.pending.push(future);
                 }
-                Ok(())
+                return Ok(());
             }
-            Err(ProcessError::BadRecord(reason)) => {
-                let headers = OwnedHeaders::new()
-                    .insert(Header {
-                        key: "streamkeeper.reason",
-                        value: Some(reason.reason()),
-                    })
-                    .insert(Header {
-                        key: "streamkeeper.detail",
-                        value: Some(&reason.to_string()),
-                    })
-                    .insert(Header {
-                        key: "streamkeeper.source.topic",
-                        value: Some(&kafka.input_topic),
-                    })
-                    .insert(Header {
-                        key: "streamkeeper.source.partition",
-                        value: Some(&self.partition.to_string()),
-                    })
-                    .insert(Header {
-                        key: "streamkeeper.source.offset",
-                        value: Some(&offset.to_string()),
-                    });
-                let future = self.send(
-                    FutureRecord::<(), [u8]>::to(&kafka.dead_letter_topic)
-                        .payload(payload)
-                        .headers(headers),
-                )?;
-                txn.pending.push(future);
-                self.context
-                    .metrics
-                    .records_dead_lettered
-                    .get_or_create(&ReasonLabel {
-                        task: self.task,
-                        reason: reason.reason().into(),
-                    })
-                    .inc();
-                tracing::debug!(
-                    task = self.task,
-                    offset,
-                    reason = reason.reason(),
-                    "record dead-lettered"
-                );
-                Ok(())
-            }
-            Err(other) => Err(TaskError::Process(other)),
+            Ok(Err(oversized)) => ("derived-record-too-large", oversized.to_string()),
+            Err(ProcessError::BadRecord(reason)) => (reason.reason(), reason.to_string()),
+            Err(other) => return Err(TaskError::Process(other)),
+        };
+        let (reason, detail) = refused;
+        let letter = DeadLetter {
+            reason,
+            detail,
+            topic: &kafka.input_topic,
+            partition: self.partition,
+            offset,
+        };
+        let (headers, kept) = letter.record(payload);
+        let mut record = FutureRecord::<(), [u8]>::to(&kafka.dead_letter_topic).headers(headers);
+        if let Some(kept) = kept {
+            record = record.payload(kept);
         }
+        txn.pending.push(self.send(record)?);
+        self.context
+            .metrics
+            .records_dead_lettered
+            .get_or_create(&ReasonLabel {
+                task: self.task,
+                reason: reason.into(),
+            })
+            .inc();
+        tracing::debug!(task = self.task, offset, reason, "record dead-lettered");
+        Ok(())
     }
 
     /// Produces one changelog record per changed key, adds the input offset, commits, then
     /// applies the changes to local state.
     fn commit(&self, store: &mut RocksStore, mut txn: Transaction) -> Result<(), TaskError> {
         let kafka = &self.context.config.kafka;
+        // The input position travels with the state (see `input_position`).
+        if let Some(next_input_offset) = txn.next_input_offset {
+            txn.changes.put(
+                keys::INPUT_POSITION,
+                input_position::encode_position(next_input_offset),
+            );
+        }
         let mut last_changelog: Option<DeliveryFuture> = None;
         for (key, value) in txn.changes.iter() {
             let mut record = FutureRecord::<[u8], [u8]>::to(&kafka.changelog_topic)
@@ -335,6 +427,31 @@ impl<'a> ActiveLoop<'a> {
         txn.changes = changes;
         txn.next_input_offset = input_offset;
         self.commit(store, txn)
+    }
+
+    /// Commits the unchanged input position of an idle task. Kafka expires a manual-assign
+    /// group's offsets `offsets.retention.minutes` after its last commit; the state would still
+    /// resume right without them, but tools reading the group's lag would not.
+    fn refresh_input_offset(&self, store: &mut RocksStore) -> Result<(), TaskError> {
+        let Some(position) = store
+            .metadata()
+            .map(|m| m.next_input_offset)
+            .filter(|p| *p > 0)
+        else {
+            return Ok(());
+        };
+        self.commit_changes(store, ChangeSet::new(), Some(position))?;
+        self.context
+            .metrics
+            .input_offset_refreshes
+            .get_or_create(&TaskLabel { task: self.task })
+            .inc();
+        tracing::debug!(
+            task = self.task,
+            position,
+            "idle: input offset committed again"
+        );
+        Ok(())
     }
 
     /// The committed input position of this task's partition, if any.

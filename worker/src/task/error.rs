@@ -15,6 +15,10 @@ pub enum TaskError {
     },
     #[error("another owner took over this task: {0}")]
     Fenced(String),
+    /// The coordinator aborted the open transaction for its timeout (see `fence`): retried
+    /// from the committed state, not a fence.
+    #[error("transaction timed out: {0}")]
+    TransactionTimedOut(String),
     #[error("local state: {0}")]
     Store(#[from] StoreError),
     #[error("processor: {0}")]
@@ -29,6 +33,10 @@ pub enum TaskError {
     /// recreated). The task never guesses: only a restore request with `source: input` goes on.
     #[error("changelog lost: {0}")]
     ChangelogLost(String),
+    /// The state and the input disagree in a way no start position repairs (see
+    /// `input_position`). The task never guesses: it stops with the reason and the way on.
+    #[error("input position: {0}")]
+    InputPosition(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -56,12 +64,14 @@ impl TaskError {
         match self {
             TaskError::Kafka { .. } => "kafka",
             TaskError::Fenced(_) => "fenced",
+            TaskError::TransactionTimedOut(_) => "transaction_timeout",
             TaskError::Store(_) => "store",
             TaskError::Process(_) => "processor",
             TaskError::Setup(_) => "setup",
             TaskError::Changelog(_) => "changelog",
             TaskError::Checkpoint(_) => "checkpoint",
             TaskError::ChangelogLost(_) => "changelog_lost",
+            TaskError::InputPosition(_) => "input_position",
             TaskError::Internal(_) => "internal",
         }
     }

@@ -4,12 +4,17 @@
 //! the task is fenced, its changelog is lost, or the worker shuts down.
 
 mod active;
+mod dead_letter;
 mod error;
+mod fence;
+mod input_position;
+mod record_size;
 mod requested_restore;
 mod restore;
 mod restore_checkpoint;
 
 pub use error::TaskError;
+pub use record_size::MAX_RECORD_BYTES;
 pub use requested_restore::restore_request_from_env;
 
 use crate::checkpoint::CheckpointService;
@@ -71,6 +76,12 @@ pub fn run_active_task(context: WorkerContext, task: u32) {
                 context.metrics.task_error(task, "changelog_lost");
                 tracing::error!(task, %reason, "task stopped: its changelog is gone");
                 phase.enter(TaskPhase::Failed, Some(format!("changelog lost: {reason}")));
+                return;
+            }
+            Err(TaskError::InputPosition(reason)) => {
+                context.metrics.task_error(task, "input_position");
+                tracing::error!(task, %reason, "task stopped: its state and its input disagree");
+                phase.enter(TaskPhase::Failed, Some(reason));
                 return;
             }
             Err(TaskError::Fenced(reason)) => {

@@ -4,6 +4,7 @@
 //! from its offset; else the state is wiped (if needed) and rebuilt from the whole changelog. Replay reads committed records only, in large batches, each written
 //! with one unlogged WriteBatch; the state is marked valid only after a final flush.
 
+use super::input_position::position_in_record;
 use super::{TaskError, WorkerContext};
 use crate::checkpoint::select::Choice;
 use crate::failpoint;
@@ -59,15 +60,16 @@ pub fn restore_from_changelog(
         )));
     }
     let mut retention = RetentionLookup::new(context, topic);
+    let probe = ChangelogProbe::new(consumer, topic, partition, (low, high));
     let local = match &outcome {
         // A restore request replaces local state whatever it holds.
         _ if chosen => None,
         OpenOutcome::Valid(meta) | OpenOutcome::Interrupted(meta)
             if meta.next_changelog_offset >= low
                 && meta.next_changelog_offset <= high
-                // Nothing after the local state (the usual graceful restart) needs no broker
-                // round trip for the tombstone rule.
-                && (meta.next_changelog_offset == high
+                // Nothing after the local state but transaction markers (the usual restart,
+                // however long the task was idle) needs no tombstone rule.
+                && (probe.only_control_records_from(meta.next_changelog_offset)?
                     || delta_is_exact(
                         true,
                         meta.newest_changelog_timestamp_ms,
@@ -89,10 +91,10 @@ pub fn restore_from_changelog(
                 context,
                 task,
                 store,
-                (low, high),
                 choice,
                 &mut progress,
                 &mut retention,
+                &probe,
             )?;
             match restored {
                 Some(meta) => (meta.next_changelog_offset, RestoreSource::Checkpoint),
@@ -153,6 +155,9 @@ pub fn restore_from_changelog(
                 let key = message.key().unwrap_or_default();
                 bytes += (key.len() + message.payload().map_or(0, <[u8]>::len)) as u64;
                 batch.set(key.to_vec(), message.payload().map(<[u8]>::to_vec));
+                if let Some(position) = position_in_record(key, message.payload()) {
+                    meta.next_input_offset = position;
+                }
                 meta.next_changelog_offset = message.offset() + 1;
                 if let Some(ts) = message.timestamp().to_millis() {
                     meta.newest_changelog_timestamp_ms = Some(ts);
@@ -373,6 +378,69 @@ impl<'a> Progress<'a> {
         self.context
             .board
             .update(self.task, |report| report.restore = Some(progress));
+    }
+}
+
+/// Reads the changelog partition ahead of a replay, to see whether anything but control
+/// records follows an offset.
+pub(super) struct ChangelogProbe<'a> {
+    consumer: &'a BaseConsumer,
+    topic: &'a str,
+    partition: i32,
+    /// The partition's offsets `[low, high)` at discovery.
+    pub(super) low: i64,
+    pub(super) high: i64,
+}
+
+impl<'a> ChangelogProbe<'a> {
+    /// A probe of changelog partition `partition`, which holds offsets `[low, high)`.
+    pub(super) fn new(
+        consumer: &'a BaseConsumer,
+        topic: &'a str,
+        partition: i32,
+        (low, high): (i64, i64),
+    ) -> Self {
+        Self {
+            consumer,
+            topic,
+            partition,
+            low,
+            high,
+        }
+    }
+
+    /// True when only control records (transaction markers) and aborted records lie between
+    /// `from` and the end: a committed read from there reaches the end without a record. The
+    /// offset a state stores is the one after its last record, which is that transaction's
+    /// commit marker, so after a clean stop the end is one past it, never equal.
+    pub(super) fn only_control_records_from(&self, from: i64) -> Result<bool, TaskError> {
+        if from >= self.high {
+            return Ok(true);
+        }
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(self.topic, self.partition, Offset::Offset(from))
+            .map_err(|e| TaskError::kafka("assigning the changelog partition", e))?;
+        self.consumer
+            .assign(&assignment)
+            .map_err(|e| TaskError::kafka("assigning the changelog partition", e))?;
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            match self.consumer.poll(Duration::from_millis(200)) {
+                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(true),
+                Some(Err(error)) => {
+                    return Err(TaskError::kafka("reading ahead in the changelog", error));
+                }
+                Some(Ok(message)) => return Ok(message.offset() >= self.high),
+                None if Instant::now() >= deadline => {
+                    return Err(TaskError::Changelog(format!(
+                        "reading {} partition {} from offset {from} answered nothing within {TIMEOUT:?}",
+                        self.topic, self.partition
+                    )));
+                }
+                None => {}
+            }
+        }
     }
 }
 

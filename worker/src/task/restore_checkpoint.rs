@@ -9,7 +9,7 @@
 //! topic was deleted or recreated; the restore then stops instead of rebuilding from what is
 //! left (see [`TaskError::ChangelogLost`]).
 
-use super::restore::{Progress, RetentionLookup, delta_is_exact, now_ms};
+use super::restore::{ChangelogProbe, Progress, RetentionLookup, delta_is_exact, now_ms};
 use super::{TaskError, WorkerContext};
 use crate::checkpoint::CheckpointError;
 use crate::checkpoint::download::{download, list_manifests};
@@ -26,11 +26,12 @@ pub(super) fn from_checkpoints(
     context: &WorkerContext,
     task: u32,
     store: &mut RocksStore,
-    (low, high): (i64, i64),
     choice: Choice,
     progress: &mut Progress<'_>,
     retention: &mut RetentionLookup<'_>,
+    probe: &ChangelogProbe<'_>,
 ) -> Result<Option<TaskMetadata>, TaskError> {
+    let (low, high) = (probe.low, probe.high);
     let Some(service) = context.checkpoints.as_ref() else {
         return Ok(None);
     };
@@ -54,14 +55,25 @@ pub(super) fn from_checkpoints(
         )));
     }
     let listed = manifests.len();
+    // Only transaction markers after the furthest checkpoint (an idle task's) need no
+    // tombstone rule for it, however old it is: one read ahead tells.
+    let furthest = manifests
+        .iter()
+        .filter(|m| m.task == task && m.changelog_offset >= low && m.changelog_offset < high)
+        .map(|m| m.changelog_offset)
+        .max();
+    let quiet_from = match furthest {
+        Some(offset) if probe.only_control_records_from(offset)? => offset,
+        _ => high,
+    };
     let needs_rule = manifests
         .iter()
-        .any(|m| m.changelog_offset >= low && m.changelog_offset < high);
+        .any(|m| m.changelog_offset >= low && m.changelog_offset < quiet_from);
     let retention_ms = if needs_rule { retention.get()? } else { 0 };
     let now = now_ms();
     let candidates = select::candidates(manifests, task, low, high, choice, |m| {
         let newest = i64::try_from(m.newest_record_ms).ok().filter(|ms| *ms > 0);
-        delta_is_exact(true, newest, now, retention_ms)
+        m.changelog_offset >= quiet_from || delta_is_exact(true, newest, now, retention_ms)
     });
     tracing::info!(
         task,

@@ -170,7 +170,7 @@ pub async fn delete_changelog_head(job: &Job, offsets: &BTreeMap<u32, i64>) {
 }
 
 /// Deletes the records of `topic` before `offsets[partition]` (the broker's DeleteRecords).
-async fn delete_records(topic: &str, offsets: &BTreeMap<u32, i64>) {
+pub async fn delete_records(topic: &str, offsets: &BTreeMap<u32, i64>) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
         .create()

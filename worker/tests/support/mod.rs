@@ -227,6 +227,7 @@ impl Job {
                 security: KafkaSecurity::default(),
                 commit_interval: Duration::from_millis(100),
                 commit_max_records: 1_000,
+                transaction_timeout: Duration::from_secs(60),
             },
             processor,
             state: StateConfig {
