@@ -50,6 +50,7 @@ pub mod reasons {
     // RecoveryGap
     pub const INPUT_AVAILABLE: &str = "InputAvailable";
     pub const INPUT_TRUNCATED: &str = "InputTruncated";
+    pub const INPUT_RECORDS_LOST: &str = "InputRecordsLost";
     // ChangelogReady
     pub const TOPIC_READY: &str = "TopicReady";
     pub const TOPIC_MISSING: &str = "TopicMissing";

@@ -219,9 +219,77 @@ pub fn judge(
     }
 }
 
+/// `recovery_gap` with the gaps the workers found when their tasks started consuming: input
+/// retention deleted before a task processed it (`inputGap` in `/v1/tasks`). Such records are
+/// lost to the state for good, which the condition says with the offsets.
+pub fn with_input_gaps(
+    recovery_gap: ConditionUpdate,
+    reports: &[(String, Vec<TaskReport>)],
+) -> ConditionUpdate {
+    let lost: Vec<String> = reports
+        .iter()
+        .flat_map(|(pod, list)| list.iter().map(move |report| (pod, report)))
+        .filter_map(|(pod, report)| {
+            let gap = report.input_gap?;
+            Some(format!(
+                "task {}: input offsets {}..{} ({} records) were deleted by retention before {pod} processed them; the state lacks them",
+                report.task,
+                gap.from_offset,
+                gap.to_offset,
+                gap.records()
+            ))
+        })
+        .collect();
+    if lost.is_empty() {
+        return recovery_gap;
+    }
+    let mut message = lost.join("; ");
+    if recovery_gap.status == ConditionStatus::True {
+        message = format!("{}; {message}", recovery_gap.message);
+    }
+    condition(
+        types::RECOVERY_GAP,
+        ConditionStatus::True,
+        reasons::INPUT_RECORDS_LOST,
+        message,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use streamkeeper_contract::task_report::{InputGap, TaskRole};
+
+    #[test]
+    fn a_gap_a_worker_reports_makes_the_recovery_gap_true_with_its_offsets() {
+        let fine = condition(
+            types::RECOVERY_GAP,
+            ConditionStatus::False,
+            reasons::INPUT_AVAILABLE,
+            "the input after every task's newest checkpoint is still in Kafka",
+        );
+        let quiet = vec![(
+            "job-0".to_string(),
+            vec![TaskReport::new(0, TaskRole::Active)],
+        )];
+        assert_eq!(with_input_gaps(fine.clone(), &quiet), fine);
+        let mut report = TaskReport::new(2, TaskRole::Active);
+        report.input_gap = Some(InputGap {
+            from_offset: 40,
+            to_offset: 100,
+        });
+        let gapped = vec![("job-1".to_string(), vec![report])];
+        let judged = with_input_gaps(fine, &gapped);
+        assert_eq!(judged.status, ConditionStatus::True);
+        assert_eq!(judged.reason, reasons::INPUT_RECORDS_LOST);
+        assert!(
+            judged
+                .message
+                .contains("task 2: input offsets 40..100 (60 records)"),
+            "{}",
+            judged.message
+        );
+    }
 
     const HOUR_MS: u64 = 3_600_000;
 

@@ -479,14 +479,15 @@ async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
         checkpoint_stale,
         recovery_gap,
     } = checkpoints;
+    // What the workers say about their tasks (input lost to retention is a recovery gap too).
+    let reports = observe::worker_reports(ctx, &validated).await?;
+    let recovery_gap = observe::with_input_gaps(recovery_gap, &reports);
     let at_risk = checkpoint_stale.status == ConditionStatus::True
         || recovery_gap.status == ConditionStatus::True;
     observation
         .conditions
         .extend([checkpoint_stale, recovery_gap]);
 
-    // What the workers say about their tasks.
-    let reports = observe::worker_reports(ctx, &validated).await?;
     let restore_id = validated.restore.as_ref().map(|r| r.id.as_str());
     let view = task_status::merge(tasks, &reports, restore_id);
     let restoring = restore_progress(job, &validated, &roll, &view, &mut observation);
