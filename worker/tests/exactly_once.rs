@@ -283,3 +283,42 @@ async fn a_record_whose_output_cannot_be_produced_is_dead_lettered_and_the_task_
         "the refused record changed no state"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_far_future_event_time_is_dead_lettered_and_does_not_close_every_window() {
+    let normal: Vec<(String, String)> = (0..600).map(|i| card_event(i, 20)).collect();
+    let far = (
+        normal[0].0.clone(),
+        r#"{"card":"card-0","amount":5,"ts":"9999-12-31T23:59:59Z"}"#.to_string(),
+    );
+    let with_far = unique("far-future-input");
+    create_topic(&with_far, 1, false).await;
+    let mut records = normal[..300].to_vec();
+    records.push(far.clone());
+    records.extend_from_slice(&normal[300..]);
+    produce(&with_far, 1, records);
+    let job = Job::new("far-future", &with_far, 1, aggregate_processor()).await;
+    run_to_completion(&job);
+
+    let without = unique("far-future-reference-input");
+    create_topic(&without, 1, false).await;
+    produce(&without, 1, normal);
+    let reference = Job::new("far-future-reference", &without, 1, aggregate_processor()).await;
+    run_to_completion(&reference);
+
+    let dead = read_committed(&job.config.kafka.dead_letter_topic, 1)
+        .remove(&0)
+        .unwrap_or_default();
+    assert_eq!(
+        dead.len(),
+        1,
+        "exactly the far-future record is dead-lettered"
+    );
+    assert_eq!(
+        dead[0].headers["streamkeeper.reason"],
+        "event_time_too_far_ahead"
+    );
+    assert_eq!(dead[0].headers["streamkeeper.source.offset"], "300");
+    // Every record after it still lands in its window: the output is the reference's.
+    assert_same_output(&job.output(), &reference.output());
+}

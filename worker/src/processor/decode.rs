@@ -54,6 +54,15 @@ pub enum DecodeError {
         /// Why.
         detail: String,
     },
+    /// The event time lies too far ahead of the Kafka record's own timestamp (see
+    /// `Pipeline::process`).
+    #[error(
+        "event time {event_time_ms} ms is more than an hour after the record's Kafka timestamp {record_timestamp_ms} ms"
+    )]
+    EventTimeTooFarAhead {
+        event_time_ms: i64,
+        record_timestamp_ms: i64,
+    },
 }
 
 impl DecodeError {
@@ -66,6 +75,7 @@ impl DecodeError {
             DecodeError::MissingField { .. } => "missing_field",
             DecodeError::WrongType { .. } => "wrong_type",
             DecodeError::BadTimestamp { .. } => "bad_timestamp",
+            DecodeError::EventTimeTooFarAhead { .. } => "event_time_too_far_ahead",
         }
     }
 }

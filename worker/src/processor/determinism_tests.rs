@@ -54,7 +54,7 @@ fn run(
     for (i, raw) in inputs.iter().enumerate() {
         let before = state.clone();
         let outcome = p
-            .process(raw, 0, first_offset + i as i64, state)
+            .process(raw, 0, first_offset + i as i64, None, state)
             .map_err(|e| {
                 (
                     e.category().to_owned(),

@@ -2,7 +2,7 @@
 
 use super::api::{ProcessError, Processor};
 use super::config::{ConfigError, ProcessorConfig};
-use super::decode::RecordDecoder;
+use super::decode::{DecodeError, RecordDecoder};
 use super::record::ProcessOutput;
 use super::state::StateAccess;
 
@@ -40,19 +40,40 @@ impl Pipeline {
         self.processor.kind()
     }
 
-    /// Decodes `raw` (read at `partition`/`offset`) and applies the processor.
+    /// Decodes `raw` (read at `partition`/`offset`, with the Kafka record timestamp
+    /// `record_timestamp_ms` when it has one) and applies the processor.
     /// [`ProcessError::as_bad_record`] tells the loop whether to dead-letter the record.
+    ///
+    /// An event time more than [`MAX_EVENT_TIME_AHEAD_MS`] past the record's own Kafka
+    /// timestamp is refused: stream time is persisted and only moves forward, so one record
+    /// from year 9999 would make every later record late, for good. The Kafka timestamp is part
+    /// of the record, so the rule decides the same on every replay.
     pub fn process(
         &self,
         raw: &[u8],
         partition: i32,
         offset: i64,
+        record_timestamp_ms: Option<i64>,
         state: &mut dyn StateAccess,
     ) -> Result<ProcessOutput, ProcessError> {
         let record = self.decoder.decode(raw, partition, offset)?;
+        if let (Some(event_time_ms), Some(record_timestamp_ms)) =
+            (record.event_time_ms, record_timestamp_ms)
+            && event_time_ms > record_timestamp_ms.saturating_add(MAX_EVENT_TIME_AHEAD_MS)
+        {
+            return Err(DecodeError::EventTimeTooFarAhead {
+                event_time_ms,
+                record_timestamp_ms,
+            }
+            .into());
+        }
         self.processor.process(&record, state)
     }
 }
+
+/// How far an event time may lie ahead of its Kafka record's timestamp (one hour: producer
+/// clocks drift by seconds, not hours; an event is normally stamped before it is sent).
+pub const MAX_EVENT_TIME_AHEAD_MS: i64 = 3_600_000;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -87,7 +108,7 @@ mod tests {
     fn custom_processor_runs_through_the_pipeline() {
         let p = Pipeline::new(RecordDecoder::new("k", None), Box::new(KeyLength));
         let mut s = MemoryState::new();
-        let out = p.process(br#"{"k":"abc"}"#, 0, 0, &mut s).unwrap();
+        let out = p.process(br#"{"k":"abc"}"#, 0, 0, None, &mut s).unwrap();
         assert_eq!(out.records[0].value, b"3".to_vec());
         assert_eq!(s.get(b"abc").unwrap(), Some(vec![1]));
         assert_eq!(p.kind(), "key_length");
@@ -102,7 +123,7 @@ mod tests {
         .unwrap();
         let p = Pipeline::from_config(&config).unwrap();
         let mut s = MemoryState::new();
-        p.process(br#"{"k":"a","t":1,"v":1}"#, 0, 0, &mut s)
+        p.process(br#"{"k":"a","t":1,"v":1}"#, 0, 0, None, &mut s)
             .unwrap();
         let before = s.clone();
         for (raw, reason) in [
@@ -114,10 +135,34 @@ mod tests {
             (br#"{"k":"a","t":1,"v":"1"}"#, "wrong_type"),
             (br#"{"k":"a","t":"soon","v":1}"#, "bad_timestamp"),
         ] {
-            let err = p.process(raw, 0, 1, &mut s).unwrap_err();
+            let err = p.process(raw, 0, 1, None, &mut s).unwrap_err();
             assert_eq!(err.category(), "bad_record");
             assert_eq!(err.as_bad_record().map(|e| e.reason()), Some(reason));
             assert_eq!(s, before, "a bad record leaves no trace in state");
         }
+    }
+
+    #[test]
+    fn an_event_time_far_past_its_record_timestamp_is_refused() {
+        let config = crate::processor::config::ProcessorConfig {
+            key_field: "k".into(),
+            time_field: Some("t".into()),
+            processor: crate::processor::config::ProcessorKind::Count {},
+        };
+        let p = Pipeline::from_config(&config).unwrap();
+        let mut s = MemoryState::new();
+        let at = 1_764_000_000_000i64;
+        let near = format!(r#"{{"k":"a","t":{}}}"#, at + MAX_EVENT_TIME_AHEAD_MS);
+        p.process(near.as_bytes(), 0, 0, Some(at), &mut s).unwrap();
+        let far = r#"{"k":"a","t":"9999-12-31T00:00:00Z"}"#;
+        let error = p
+            .process(far.as_bytes(), 0, 1, Some(at), &mut s)
+            .unwrap_err();
+        assert_eq!(
+            error.as_bad_record().map(|b| b.reason()),
+            Some("event_time_too_far_ahead")
+        );
+        // Without a record timestamp there is nothing to compare with.
+        p.process(far.as_bytes(), 0, 2, None, &mut s).unwrap();
     }
 }

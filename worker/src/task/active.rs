@@ -240,7 +240,8 @@ impl<'a> ActiveLoop<'a> {
                 .as_mut()
                 .ok_or_else(|| TaskError::Internal("no transaction".into()))?;
             let payload = message.payload().unwrap_or_default();
-            self.process_one(store, open, payload, message.offset())?;
+            let timestamp = message.timestamp().to_millis();
+            self.process_one(store, open, payload, message.offset(), timestamp)?;
             failpoint::hit("mid-transaction");
         }
     }
@@ -251,13 +252,14 @@ impl<'a> ActiveLoop<'a> {
         txn: &mut Transaction,
         payload: &[u8],
         offset: i64,
+        timestamp_ms: Option<i64>,
     ) -> Result<(), TaskError> {
         let kafka = &self.context.config.kafka;
         let changes = std::mem::take(&mut txn.changes);
         let mut overlay = Overlay::with_changes(store, changes);
-        let result = self
-            .pipeline
-            .process(payload, self.partition, offset, &mut overlay);
+        let result =
+            self.pipeline
+                .process(payload, self.partition, offset, timestamp_ms, &mut overlay);
         // A record whose derived records cannot be produced would wedge the partition: its
         // changes are undone and it goes to the dead-letter topic instead.
         let result = result.map(|output| {
