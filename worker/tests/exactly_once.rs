@@ -322,3 +322,38 @@ async fn a_far_future_event_time_is_dead_lettered_and_does_not_close_every_windo
     // Every record after it still lands in its window: the output is the reference's.
     assert_same_output(&job.output(), &reference.output());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_state_built_by_another_processor_stops_the_task_with_both_named() {
+    let input = input_topic(2_000).await;
+    let mut job = Job::new("other-processor", &input, PARTITIONS, count_processor()).await;
+    run_to_completion(&job);
+    let committed = job.committed_offsets();
+    // The job is recreated under the same names with another key field: same volumes,
+    // changelog and offsets, state it cannot read. From local state, then from the changelog.
+    job.config.processor.key_field = "amount".into();
+    for wipe in [false, true] {
+        if wipe {
+            std::fs::remove_dir_all(&job.config.state.dir).unwrap();
+        }
+        let mut worker = job.start(None);
+        support::checkpoints::wait_for("every task to refuse", TIMEOUT * 2, || {
+            let log = worker.log();
+            log.lines()
+                .filter(|l| l.contains("processor mismatch"))
+                .count()
+                >= PARTITIONS as usize
+        });
+        worker.terminate(Duration::from_secs(30));
+        let log = worker.log();
+        assert!(
+            log.contains(r#""keyField":"card""#),
+            "names the state's processor:\n{log}"
+        );
+        assert!(
+            log.contains(r#""keyField":"amount""#),
+            "names the job's processor:\n{log}"
+        );
+        assert_eq!(job.committed_offsets(), committed, "nothing was consumed");
+    }
+}

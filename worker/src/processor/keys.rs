@@ -16,6 +16,7 @@
 //! | `m` | task metadata            | `m` `stream_time`                     | time           |
 //! | `m` | applied restore request  | `m` `applied_restore`                 | request id     |
 //! | `m` | input position           | `m` `input_position`                  | version, offset|
+//! | `m` | processor identity       | `m` `processor`                       | version, config|
 
 use super::codec::StateCodecError;
 
@@ -40,6 +41,9 @@ pub const APPLIED_RESTORE: &[u8] = b"mapplied_restore";
 /// restored state know their input position, even when Kafka's committed offsets are gone.
 /// Its value is encoded by `task::input_position`.
 pub const INPUT_POSITION: &[u8] = b"minput_position";
+
+/// The key holding the processor config that built the state (see `task::identity`).
+pub const PROCESSOR: &[u8] = b"mprocessor";
 
 /// The key holding the task's stream time (max event time seen).
 pub const STREAM_TIME: &[u8] = b"mstream_time";

@@ -37,6 +37,9 @@ pub enum TaskError {
     /// `input_position`). The task never guesses: it stops with the reason and the way on.
     #[error("input position: {0}")]
     InputPosition(String),
+    /// The state was built by another processor config (see `identity`).
+    #[error("processor mismatch: {0}")]
+    ProcessorMismatch(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -72,6 +75,7 @@ impl TaskError {
             TaskError::Checkpoint(_) => "checkpoint",
             TaskError::ChangelogLost(_) => "changelog_lost",
             TaskError::InputPosition(_) => "input_position",
+            TaskError::ProcessorMismatch(_) => "processor_mismatch",
             TaskError::Internal(_) => "internal",
         }
     }

@@ -7,6 +7,7 @@ mod active;
 mod dead_letter;
 mod error;
 mod fence;
+mod identity;
 mod input_position;
 mod record_size;
 mod requested_restore;
@@ -78,10 +79,10 @@ pub fn run_active_task(context: WorkerContext, task: u32) {
                 phase.enter(TaskPhase::Failed, Some(format!("changelog lost: {reason}")));
                 return;
             }
-            Err(TaskError::InputPosition(reason)) => {
-                context.metrics.task_error(task, "input_position");
-                tracing::error!(task, %reason, "task stopped: its state and its input disagree");
-                phase.enter(TaskPhase::Failed, Some(reason));
+            Err(error @ (TaskError::InputPosition(_) | TaskError::ProcessorMismatch(_))) => {
+                context.metrics.task_error(task, error.category());
+                tracing::error!(task, %error, "task stopped: its state does not fit this job");
+                phase.enter(TaskPhase::Failed, Some(error.to_string()));
                 return;
             }
             Err(TaskError::Fenced(reason)) => {
@@ -144,6 +145,7 @@ fn run_once(
         .as_ref()
         .map(|service| service.task(task));
     requested_restore::restore_task(context, task, store, outcome, &loop_)?;
+    identity::check(task, store, &config.processor, &loop_)?;
     loop_.resume_input(store)?;
     phase.enter(TaskPhase::Running, None);
     loop_.run(store, checkpoints.as_ref())
