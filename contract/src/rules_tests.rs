@@ -1,6 +1,8 @@
 use super::*;
 use crate::Versioned;
+use crate::duration::{EVENT_DURATION_PATTERN, parse_go_duration};
 use crate::worker_config::{KafkaSaslFiles, KafkaTlsFiles};
+use proptest::prelude::*;
 
 fn window_of(size: Duration, advance: Option<Duration>, grace: Duration) -> WindowConfig {
     WindowConfig {
@@ -145,4 +147,35 @@ fn the_worker_config_check_names_the_config_path() {
         error.to_string().contains("checkpoint.s3.bucket"),
         "{error}"
     );
+}
+
+/// [`EVENT_DURATION_PATTERN`] with its numbers and repetitions bounded (so generated durations
+/// stay in range) and without anchors (which the generator does not take).
+fn bounded_event_duration_pattern() -> String {
+    let bounded = EVENT_DURATION_PATTERN
+        .replace("[0-9]+", "[0-9]{1,6}")
+        .replace(")+$", "){1,4}$");
+    assert!(
+        !bounded.contains('+'),
+        "the pattern changed shape: {bounded}"
+    );
+    bounded
+        .trim_start_matches('^')
+        .trim_end_matches('$')
+        .to_string()
+}
+
+proptest! {
+    /// The CRD's pattern for event-time durations admits only whole milliseconds: whatever it
+    /// lets through, the contract's rule accepts (or refuses as below 1ms, as the CEL rule does).
+    #[test]
+    fn the_crd_pattern_admits_only_whole_milliseconds(
+        text in proptest::string::string_regex(&bounded_event_duration_pattern()).unwrap()
+    ) {
+        let duration = parse_go_duration(&text).unwrap();
+        prop_assert!(duration.subsec_nanos().is_multiple_of(1_000_000), "{} is {:?}", text, duration);
+        if duration >= TIME_RESOLUTION {
+            prop_assert!(event_duration(Field::WindowSize, duration).is_ok(), "{}", text);
+        }
+    }
 }
