@@ -1,6 +1,7 @@
 //! The rules behind [`super::validate`] for identity, workers, state, checkpoints and restores,
 //! and the helpers every rule module uses. Each returns the resolved part or the first
-//! [`InvalidSpec`] it finds, naming the field.
+//! [`InvalidSpec`] it finds, naming the field. A rule the worker applies too is the contract's
+//! ([`rules`]), called here, never copied.
 
 use super::{
     CheckpointSettings, InvalidSpec, RestorePoint, RestoreRequest, ServiceAccountChoice,
