@@ -17,6 +17,14 @@ pub enum DurationError {
 /// Regular expression for the CRD schema, matching what [`parse_go_duration`] accepts.
 pub const GO_DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$";
 
+/// Event-time durations (windows, grace, TTL) in the CRD: Go syntax where every term is a whole
+/// number of milliseconds by its form (`ms` without a fraction, `s` with up to 3 decimals, `m` up
+/// to 4, `h` up to 5), so the apiserver refuses what [`crate::rules::event_duration`] refuses
+/// without CEL arithmetic (its cost budget refuses a rule that parses a built string). Stricter
+/// only on odd spellings such as `1000us`.
+pub const EVENT_DURATION_PATTERN: &str =
+    r"^([0-9]+(\.[0-9]{1,5})?h|[0-9]+(\.[0-9]{1,4})?m|[0-9]+(\.[0-9]{1,3})?s|[0-9]+ms)+$";
+
 const UNITS: &[(&str, u128)] = &[
     ("ns", 1),
     ("us", 1_000),

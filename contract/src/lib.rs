@@ -5,6 +5,8 @@
 //! checkpoint manifest a worker writes to S3. It must not depend on Kubernetes or Kafka clients,
 //! so the worker can use it without pulling in the operator's dependencies.
 //!
+//! [`rules`] holds the validation both sides apply to a job's settings, once.
+//!
 //! Every format carries a `version` field; readers refuse versions they do not know instead of
 //! guessing, and each format has a round-trip test.
 
@@ -13,6 +15,7 @@ pub mod checkpoint_layout;
 pub mod duration;
 pub mod manifest;
 pub mod restore_request;
+pub mod rules;
 pub mod task_report;
 pub mod version;
 pub mod worker_config;

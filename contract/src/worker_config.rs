@@ -72,13 +72,8 @@ fn default_commit_max_records() -> u32 {
     10_000
 }
 
-impl KafkaConfig {
-    /// The transaction timeout when the config names none.
-    pub const DEFAULT_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
-}
-
 fn default_transaction_timeout() -> Duration {
-    KafkaConfig::DEFAULT_TRANSACTION_TIMEOUT
+    crate::rules::TRANSACTION_TIMEOUT
 }
 
 /// TLS and SASL settings; secrets are files mounted from Kubernetes Secrets, never inline.
@@ -281,79 +276,18 @@ impl Versioned for WorkerConfig {
         self.version
     }
 
+    /// The shared rules ([`crate::rules`]), the same the operator checks a spec with.
     fn check(&self) -> Result<(), FormatError> {
-        let invalid = |field: &str, reason: &str| FormatError::InvalidField {
+        crate::rules::worker_config(self).map_err(|violation| FormatError::InvalidField {
             format: Self::FORMAT,
-            field: field.into(),
-            reason: reason.into(),
-        };
-        let required = [
-            ("job.namespace", &self.job.namespace),
-            ("job.name", &self.job.name),
-            ("kafka.bootstrapServers", &self.kafka.bootstrap_servers),
-            ("kafka.inputTopic", &self.kafka.input_topic),
-            ("kafka.outputTopic", &self.kafka.output_topic),
-            ("kafka.changelogTopic", &self.kafka.changelog_topic),
-            ("kafka.deadLetterTopic", &self.kafka.dead_letter_topic),
-            ("processor.keyField", &self.processor.key_field),
-        ];
-        if let Some((field, _)) = required.iter().find(|(_, value)| value.trim().is_empty()) {
-            return Err(invalid(field, "must not be empty"));
-        }
-        if self.kafka.commit_max_records == 0 {
-            return Err(invalid("kafka.commitMaxRecords", "must be at least 1"));
-        }
-        if self.kafka.transaction_timeout <= self.kafka.commit_interval {
-            return Err(invalid(
-                "kafka.transactionTimeout",
-                "must be longer than kafka.commitInterval, or every transaction times out",
-            ));
-        }
-        if self.checkpoint.interval < Duration::from_secs(1) {
-            return Err(invalid("checkpoint.interval", "must be at least 1s"));
-        }
-        if self.checkpoint.retain == 0 {
-            return Err(invalid("checkpoint.retain", "must be at least 1"));
-        }
-        let needs_time = match &self.processor.kind {
-            ProcessorKind::Aggregate { window, .. } => {
-                if let Some(window) = window {
-                    check_window(window).map_err(|reason| invalid("processor.window", reason))?;
-                }
-                window.is_some()
-            }
-            ProcessorKind::Dedup { ttl } => {
-                if ttl.is_zero() {
-                    return Err(invalid("processor.ttl", "must be positive"));
-                }
-                true
-            }
-            ProcessorKind::Count => false,
-        };
-        if needs_time && self.processor.time_field.is_none() {
-            return Err(invalid(
-                "processor.timeField",
-                "is required by windows and dedup (they run on event time)",
-            ));
-        }
-        Ok(())
-    }
-}
-
-fn check_window(window: &WindowConfig) -> Result<(), &'static str> {
-    if window.size.is_zero() {
-        return Err("size must be positive");
-    }
-    match window.advance {
-        Some(advance) if advance.is_zero() || advance > window.size => {
-            Err("advance must be positive and at most the window size")
-        }
-        _ => Ok(()),
+            field: violation.field.config_path().into(),
+            reason: violation.reason,
+        })
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn sample() -> WorkerConfig {

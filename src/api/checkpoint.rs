@@ -36,13 +36,16 @@ fn default_retain() -> i32 {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct S3Spec {
-    /// Bucket name.
-    #[schemars(length(min = 3, max = 63))]
+    /// Bucket name (S3's rules: lowercase letters, digits, `.` and `-`). Immutable.
+    #[schemars(length(min = 3, max = 63), pattern(crate::api::S3_BUCKET_PATTERN))]
+    #[x_kube(validation = kube::core::Rule::new("!self.contains('..')").message("s3.bucket must not contain '..'"))]
+    #[x_kube(validation = crate::api::cel::immutable("spec.checkpoint.s3.bucket", crate::api::cel::S3_IMMUTABLE))]
     pub bucket: String,
 
-    /// Key prefix; checkpoints go under `<prefix>/<namespace>/<job>/task-<i>/`.
+    /// Key prefix; checkpoints go under `<prefix>/<namespace>/<job>/task-<i>/`. Immutable.
     #[serde(default = "default_prefix")]
     #[schemars(length(max = 512))]
+    #[x_kube(validation = crate::api::cel::immutable("spec.checkpoint.s3.prefix", crate::api::cel::S3_IMMUTABLE))]
     #[x_kube(validation = kube::core::Rule::new("!self.startsWith('/') && !self.endsWith('/')").message("s3.prefix must not start or end with '/'"))]
     pub prefix: String,
 

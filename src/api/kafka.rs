@@ -6,6 +6,12 @@ use serde::{Deserialize, Serialize};
 /// Kafka connection and topics.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = crate::api::cel::output_is_not_input())]
+#[x_kube(validation = crate::api::cel::changelog_has_one_role())]
+#[x_kube(validation = crate::api::cel::dead_letter_has_one_role())]
+#[x_kube(validation = crate::api::cel::plain_needs_tls())]
+#[x_kube(validation = crate::api::cel::optional_immutable("changelogTopic", "spec.kafka.changelogTopic", crate::api::cel::CHANGELOG_IMMUTABLE))]
+#[x_kube(validation = crate::api::cel::optional_immutable("deadLetterTopic", "spec.kafka.deadLetterTopic", crate::api::cel::DEAD_LETTER_IMMUTABLE))]
 pub struct KafkaSpec {
     /// Comma-separated `host:port` list of Kafka brokers.
     #[schemars(length(min = 1, max = 2048))]
@@ -17,18 +23,20 @@ pub struct KafkaSpec {
     #[x_kube(validation = kube::core::Rule::new("self == oldSelf").message("spec.kafka.inputTopic is immutable: the committed offsets and the state belong to the topic they were read from"))]
     pub input_topic: String,
 
-    /// Topic the results are written to, exactly once.
+    /// Topic the results are written to, exactly once. Not the input topic. May change: the
+    /// operator neither creates nor deletes it, and each transaction writes to one output.
     #[schemars(pattern(crate::api::TOPIC_PATTERN))]
     pub output_topic: String,
 
     /// Topic for records that cannot be processed (the reason is in a header).
-    /// Defaults to `<namespace>.<job>.dlq`.
+    /// Defaults to `<namespace>.<job>.dlq`. Immutable, like its absence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(crate::api::TOPIC_PATTERN))]
     pub dead_letter_topic: Option<String>,
 
     /// Compacted changelog topic holding every state change. Defaults to
     /// `<namespace>.<job>.changelog`; created by the operator with as many partitions as the input.
+    /// Immutable, like its absence: the state lives in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(crate::api::TOPIC_PATTERN))]
     pub changelog_topic: Option<String>,
@@ -58,7 +66,7 @@ pub struct KafkaSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<KafkaTlsSpec>,
 
-    /// SASL authentication to the brokers.
+    /// SASL authentication to the brokers. PLAIN only together with `tls`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sasl: Option<KafkaSaslSpec>,
 }

@@ -4,6 +4,7 @@
 //! descriptions, and the validation the apiserver can do itself (ranges, enums, patterns, CEL
 //! rules) is declared here so a bad resource is refused at `kubectl apply`, naming the field.
 
+pub mod cel;
 pub mod checkpoint;
 pub mod kafka;
 pub mod pod;
@@ -28,8 +29,14 @@ pub use status::{
 /// Regular expression for durations (Go syntax, as Kubernetes CEL's `duration()` reads them).
 pub const DURATION_PATTERN: &str = streamkeeper_contract::duration::GO_DURATION_PATTERN;
 
+/// Regular expression for event-time durations (windows, grace, TTL): whole milliseconds.
+pub const EVENT_DURATION_PATTERN: &str = streamkeeper_contract::duration::EVENT_DURATION_PATTERN;
+
 /// `latest` or a checkpoint sequence number.
 pub const RESTORE_CHECKPOINT_PATTERN: &str = r"^(latest|[0-9]{1,19})$";
+
+/// Regular expression for S3 bucket names (the contract's; CEL refuses `..` besides).
+pub const S3_BUCKET_PATTERN: &str = streamkeeper_contract::rules::S3_BUCKET_PATTERN;
 
 /// Regular expression for Kafka topic names.
 pub const TOPIC_PATTERN: &str = r"^[a-zA-Z0-9._-]{1,249}$";
@@ -67,7 +74,8 @@ pub const TOPIC_PATTERN: &str = r"^[a-zA-Z0-9._-]{1,249}$";
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
-    )
+    ),
+    validation = crate::api::cel::job_name()
 )]
 #[x_kube(validation = kube::core::Rule::new(
     "!has(self.standbyReplicas) || self.standbyReplicas < self.replicas"

@@ -67,19 +67,24 @@ pub struct WindowSpec {
     #[serde(rename = "type")]
     pub type_: WindowType,
 
-    /// Window length (Go duration, e.g. `1h`).
-    #[schemars(length(max = 64), pattern(crate::api::DURATION_PATTERN))]
-    #[x_kube(validation = kube::core::Rule::new("duration(self) >= duration('1ms')").message("window.size must be at least 1ms"))]
+    /// Window length (Go duration, e.g. `1h`; whole milliseconds).
+    #[schemars(length(max = 64), pattern(crate::api::EVENT_DURATION_PATTERN))]
+    #[x_kube(validation = crate::api::cel::event_duration("window.size"))]
     pub size: String,
 
-    /// Start-to-start distance of hopping windows.
+    /// Start-to-start distance of hopping windows (whole milliseconds). `size` must be a multiple
+    /// of it, and a record falls in at most 1000 windows (`size / advance`); the operator checks
+    /// those two and reports them in the `Invalid` condition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 64), pattern(crate::api::DURATION_PATTERN))]
+    #[schemars(length(max = 64), pattern(crate::api::EVENT_DURATION_PATTERN))]
+    #[x_kube(validation = crate::api::cel::event_duration("window.advance"))]
     pub advance: Option<String>,
 
-    /// How long after a window's end late records are still accepted (by event time).
+    /// How long after a window's end late records are still accepted (by event time; whole
+    /// milliseconds, at most 168h).
     #[serde(default = "default_grace")]
-    #[schemars(length(max = 64), pattern(crate::api::DURATION_PATTERN))]
+    #[schemars(length(max = 64), pattern(crate::api::EVENT_DURATION_PATTERN))]
+    #[x_kube(validation = crate::api::cel::window_grace())]
     pub grace: String,
 }
 
@@ -99,8 +104,9 @@ pub enum WindowType {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct DedupSpec {
-    /// A repeat of a key within this much event time of its first occurrence is dropped.
-    #[schemars(length(max = 64), pattern(crate::api::DURATION_PATTERN))]
-    #[x_kube(validation = kube::core::Rule::new("duration(self) >= duration('1ms')").message("dedup.ttl must be at least 1ms"))]
+    /// A repeat of a key within this much event time of its first occurrence is dropped (whole
+    /// milliseconds).
+    #[schemars(length(max = 64), pattern(crate::api::EVENT_DURATION_PATTERN))]
+    #[x_kube(validation = crate::api::cel::event_duration("dedup.ttl"))]
     pub ttl: String,
 }

@@ -1,18 +1,22 @@
 //! Local state: the persistent volume and RocksDB tuning.
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
 /// Local state on a persistent volume per pod (same pod, same volume: a restart replays only
 /// the changelog delta).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = crate::api::cel::optional_immutable("storageClassName", "spec.state.storageClassName", crate::api::cel::STORAGE_IMMUTABLE))]
 pub struct StateSpec {
-    /// Size of each pod's state volume.
+    /// Size of each pod's state volume. Immutable: a StatefulSet's volume claims cannot change.
     #[serde(default = "default_storage_size")]
+    #[x_kube(validation = crate::api::cel::immutable("spec.state.storageSize", crate::api::cel::STORAGE_IMMUTABLE))]
     pub storage_size: Quantity,
 
-    /// Storage class of the state volumes; the cluster default when omitted.
+    /// Storage class of the state volumes; the cluster default when omitted. Immutable, like its
+    /// absence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_class_name: Option<String>,
 

@@ -67,3 +67,19 @@ fn crd_patterns_accept_exactly_what_the_parsers_accept() {
         .names;
     assert_eq!(names.short_names, Some(vec!["ssj".to_string()]));
 }
+
+#[test]
+fn crd_rules_and_descriptions_carry_the_contracts_limits() {
+    use streamkeeper_contract::rules::{MAX_JOB_NAME_LEN, MAX_WINDOWS_PER_RECORD};
+    let crd =
+        serde_json::to_string(&<StatefulStreamJob as kube::CustomResourceExt>::crd()).unwrap();
+    for expected in [
+        format!("self.metadata.name.size() <= {MAX_JOB_NAME_LEN}"),
+        format!("at most {MAX_WINDOWS_PER_RECORD} windows"),
+        serde_json::to_string(S3_BUCKET_PATTERN).unwrap(),
+        "168h".to_string(),
+    ] {
+        let expected = expected.trim_matches('"').to_string();
+        assert!(crd.contains(&expected), "the CRD must carry {expected:?}");
+    }
+}

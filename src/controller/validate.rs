@@ -23,6 +23,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use std::time::Duration;
 use streamkeeper_contract::DurationError;
+use streamkeeper_contract::rules::Violation;
 use streamkeeper_contract::worker_config::{ProcessorConfig, RocksDbTuning};
 
 /// A job whose spec passed every rule, with everything resolved.
@@ -177,6 +178,13 @@ impl InvalidSpec {
             field: field.into(),
             rule: rule.into(),
         }
+    }
+}
+
+/// A broken contract rule, named by its path in the spec.
+impl From<Violation> for InvalidSpec {
+    fn from(violation: Violation) -> Self {
+        InvalidSpec::rule(violation.field.spec_path(), violation.reason)
     }
 }
 

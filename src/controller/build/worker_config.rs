@@ -50,7 +50,7 @@ pub fn render(job: &ValidatedJob) -> WorkerConfig {
             },
             commit_interval: kafka.commit_interval,
             commit_max_records: kafka.commit_max_records,
-            transaction_timeout: KafkaConfig::DEFAULT_TRANSACTION_TIMEOUT,
+            transaction_timeout: streamkeeper_contract::rules::TRANSACTION_TIMEOUT,
         },
         processor: job.processor.clone(),
         state: StateConfig {

@@ -1,17 +1,13 @@
-//! The Kafka rules behind [`super::validate`]: brokers, topic names (defaults resolved, one role
-//! per topic), replication, the transaction cadence, and TLS/SASL references.
+//! The Kafka part of [`super::validate`]: brokers, topic names (defaults resolved, one role per
+//! topic), replication, the transaction cadence, and TLS/SASL references. The rules the worker
+//! applies too (topics, cadence, SASL) are the contract's ([`rules`]).
 
 use super::rules::{duration, non_empty};
 use super::{InvalidSpec, KafkaSettings};
 use crate::api::KafkaSpec;
+use crate::controller::build::worker_config::mechanism;
 use crate::controller::names;
-use std::time::Duration;
-use streamkeeper_contract::format_go_duration;
-
-/// The worker's `transaction.timeout.ms` (worker/src/kafka_client.rs). A transaction left open
-/// longer is aborted by the broker, so commits come at most every half of it.
-pub const WORKER_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
-pub const MAX_COMMIT_INTERVAL: Duration = Duration::from_secs(30);
+use streamkeeper_contract::rules::{self, Field};
 
 pub(super) fn settings(
     spec: &KafkaSpec,
@@ -37,22 +33,12 @@ pub(super) fn settings(
         .dead_letter_topic
         .clone()
         .unwrap_or_else(|| names::default_dead_letter_topic(namespace, job));
-    let topics = [
-        ("spec.kafka.inputTopic", &spec.input_topic),
-        ("spec.kafka.outputTopic", &spec.output_topic),
-        ("spec.kafka.changelogTopic", &changelog),
-        ("spec.kafka.deadLetterTopic", &dead_letter),
-    ];
-    for (index, (field, topic)) in topics.iter().enumerate() {
-        check_topic(field, topic)?;
-        // Sharing a topic between roles corrupts one with the other (state read as input, ...).
-        if let Some((other, _)) = topics[..index].iter().find(|(_, t)| t == topic) {
-            return Err(InvalidSpec::rule(
-                *field,
-                format!("`{topic}` is also {other}; every topic of a job has one role"),
-            ));
-        }
-    }
+    rules::topics(&[
+        (Field::InputTopic, &spec.input_topic),
+        (Field::OutputTopic, &spec.output_topic),
+        (Field::ChangelogTopic, &changelog),
+        (Field::DeadLetterTopic, &dead_letter),
+    ])?;
     let replication_factor = bounded_opt("spec.kafka.replicationFactor", spec.replication_factor)?;
     let min_insync_replicas =
         bounded_opt("spec.kafka.minInsyncReplicas", spec.min_insync_replicas)?;
@@ -67,21 +53,9 @@ pub(super) fn settings(
         ));
     }
     let commit_interval = duration("spec.kafka.commitInterval", &spec.commit_interval)?;
-    if commit_interval < Duration::from_millis(1) || commit_interval > MAX_COMMIT_INTERVAL {
-        return Err(InvalidSpec::rule(
-            "spec.kafka.commitInterval",
-            format!(
-                "{} must be between 1ms and {}: the worker's transactions time out after {}",
-                spec.commit_interval,
-                format_go_duration(MAX_COMMIT_INTERVAL),
-                format_go_duration(WORKER_TRANSACTION_TIMEOUT)
-            ),
-        ));
-    }
     let commit_max_records = u32::try_from(spec.commit_max_records)
-        .ok()
-        .filter(|n| *n >= 1)
-        .ok_or_else(|| InvalidSpec::rule("spec.kafka.commitMaxRecords", "must be at least 1"))?;
+        .map_err(|_| InvalidSpec::rule("spec.kafka.commitMaxRecords", "must be at least 1"))?;
+    rules::commit(commit_interval, commit_max_records)?;
     if let Some(tls) = &spec.tls
         && tls.certificate.is_some() != tls.private_key.is_some()
     {
@@ -91,6 +65,7 @@ pub(super) fn settings(
         ));
     }
     if let Some(sasl) = &spec.sasl {
+        rules::sasl(mechanism(sasl.mechanism), spec.tls.is_some())?;
         non_empty(
             "spec.kafka.sasl.secretName",
             Some(sasl.secret_name.as_str()),
@@ -130,21 +105,6 @@ fn bounded_opt(field: &str, value: Option<i32>) -> Result<Option<i32>, InvalidSp
         )),
         other => Ok(other),
     }
-}
-
-fn check_topic(field: &str, topic: &str) -> Result<(), InvalidSpec> {
-    let legal = topic
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if topic.is_empty() || topic.len() > 249 || !legal || topic == "." || topic == ".." {
-        return Err(InvalidSpec::rule(
-            field,
-            format!(
-                "`{topic}` is not a Kafka topic name (1-249 of a-z A-Z 0-9 . _ -, not `.` or `..`)"
-            ),
-        ));
-    }
-    Ok(())
 }
 
 fn is_host_port(entry: &str) -> bool {

@@ -1,20 +1,13 @@
-//! The processor rules behind [`super::validate`]: the settings match the processor type, windows
-//! line up, and event time is there when windows or dedup need it. The result is the contract's
-//! [`ProcessorConfig`], exactly what the worker runs.
+//! The processor part of [`super::validate`]: the settings match the processor type and their
+//! durations parse; the result is the contract's [`ProcessorConfig`], exactly what the worker
+//! runs, and it must pass the contract's rules ([`rules::processor`]: windows line up, whole
+//! milliseconds, event time where needed), the same the worker checks before it starts.
 
 use super::InvalidSpec;
 use super::rules::{duration, non_empty};
 use crate::api::{AggregateSpec, ProcessorSpec, ProcessorType, WindowSpec, WindowType};
-use std::time::Duration;
-use streamkeeper_contract::format_go_duration;
+use streamkeeper_contract::rules;
 use streamkeeper_contract::worker_config::{ProcessorConfig, ProcessorKind, WindowConfig};
-
-/// Windows stay in state until their end plus the grace: a grace beyond a week keeps that many
-/// windows per key alive for data that late, which is a reprocessing job, not a grace period.
-pub const MAX_WINDOW_GRACE: Duration = Duration::from_secs(7 * 24 * 60 * 60);
-/// Each record updates size / advance hopping windows in one transaction; beyond this a record
-/// costs more state writes than any sane window layout needs (a day advancing every 10s is 8640).
-pub const MAX_WINDOWS_PER_RECORD: u128 = 10_000;
 
 pub(super) fn config(spec: &ProcessorSpec) -> Result<ProcessorConfig, InvalidSpec> {
     let key_field = non_empty(
@@ -65,35 +58,18 @@ pub(super) fn config(spec: &ProcessorSpec) -> Result<ProcessorConfig, InvalidSpe
                 field: "spec.processor.dedup".into(),
                 why: "spec.processor.type is dedup",
             })?;
-            let ttl = duration("spec.processor.dedup.ttl", &dedup.ttl)?;
-            if ttl.is_zero() {
-                return Err(InvalidSpec::rule(
-                    "spec.processor.dedup.ttl",
-                    "must be positive",
-                ));
+            ProcessorKind::Dedup {
+                ttl: duration("spec.processor.dedup.ttl", &dedup.ttl)?,
             }
-            ProcessorKind::Dedup { ttl }
         }
     };
-    let needs_time = matches!(
-        kind,
-        ProcessorKind::Dedup { .. }
-            | ProcessorKind::Aggregate {
-                window: Some(_),
-                ..
-            }
-    );
-    if needs_time && spec.time_field.is_none() {
-        return Err(InvalidSpec::Missing {
-            field: "spec.processor.timeField".into(),
-            why: "windows and dedup run on event time, never the wall clock",
-        });
-    }
-    Ok(ProcessorConfig {
+    let config = ProcessorConfig {
         key_field,
         time_field: spec.time_field.clone(),
         kind,
-    })
+    };
+    rules::processor(&config)?;
+    Ok(config)
 }
 
 fn aggregate_kind(spec: &AggregateSpec) -> Result<ProcessorKind, InvalidSpec> {
@@ -110,24 +86,7 @@ fn aggregate_kind(spec: &AggregateSpec) -> Result<ProcessorKind, InvalidSpec> {
 }
 
 fn window(spec: &WindowSpec) -> Result<WindowConfig, InvalidSpec> {
-    const SIZE: &str = "spec.processor.aggregate.window.size";
     const ADVANCE: &str = "spec.processor.aggregate.window.advance";
-    const GRACE: &str = "spec.processor.aggregate.window.grace";
-    let size = duration(SIZE, &spec.size)?;
-    if size < Duration::from_millis(1) {
-        return Err(InvalidSpec::rule(SIZE, "must be at least 1ms"));
-    }
-    let grace = duration(GRACE, &spec.grace)?;
-    if grace > MAX_WINDOW_GRACE {
-        return Err(InvalidSpec::rule(
-            GRACE,
-            format!(
-                "{} is longer than {}: every window of every key stays in state until its end plus the grace",
-                spec.grace,
-                format_go_duration(MAX_WINDOW_GRACE)
-            ),
-        ));
-    }
     let advance = match (spec.type_, spec.advance.as_deref()) {
         (WindowType::Tumbling, None) => None,
         (WindowType::Tumbling, Some(_)) => {
@@ -142,42 +101,11 @@ fn window(spec: &WindowSpec) -> Result<WindowConfig, InvalidSpec> {
                 why: "hopping windows start every advance",
             });
         }
-        (WindowType::Hopping, Some(text)) => Some(hopping_advance(size, &spec.size, text)?),
+        (WindowType::Hopping, Some(text)) => Some(duration(ADVANCE, text)?),
     };
     Ok(WindowConfig {
-        size,
+        size: duration("spec.processor.aggregate.window.size", &spec.size)?,
         advance,
-        grace,
+        grace: duration("spec.processor.aggregate.window.grace", &spec.grace)?,
     })
-}
-
-fn hopping_advance(size: Duration, size_text: &str, text: &str) -> Result<Duration, InvalidSpec> {
-    const ADVANCE: &str = "spec.processor.aggregate.window.advance";
-    let advance = duration(ADVANCE, text)?;
-    if advance.is_zero() || advance > size {
-        return Err(InvalidSpec::rule(
-            ADVANCE,
-            format!("{text} must be positive and at most window.size ({size_text})"),
-        ));
-    }
-    if !size.as_nanos().is_multiple_of(advance.as_nanos()) {
-        return Err(InvalidSpec::rule(
-            ADVANCE,
-            format!(
-                "window.size {size_text} is not a multiple of window.advance {text}: every record must fall in the \
-                 same number of windows, and window ends must line up with window starts"
-            ),
-        ));
-    }
-    let per_record = size.as_nanos() / advance.as_nanos();
-    if per_record > MAX_WINDOWS_PER_RECORD {
-        return Err(InvalidSpec::rule(
-            ADVANCE,
-            format!(
-                "window.size {size_text} / window.advance {text} puts each record in {per_record} windows, more than \
-                 {MAX_WINDOWS_PER_RECORD}"
-            ),
-        ));
-    }
-    Ok(advance)
 }

@@ -1,6 +1,7 @@
 //! The rules behind [`super::validate`] for identity, workers, state, checkpoints and restores,
 //! and the helpers every rule module uses. Each returns the resolved part or the first
-//! [`InvalidSpec`] it finds, naming the field.
+//! [`InvalidSpec`] it finds, naming the field. A rule the worker applies too is the contract's
+//! ([`rules`]), called here, never copied.
 
 use super::{
     CheckpointSettings, InvalidSpec, RestorePoint, RestoreRequest, ServiceAccountChoice,
@@ -13,15 +14,9 @@ use crate::controller::{build, labels, names};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use std::time::Duration;
+use streamkeeper_contract::parse_go_duration;
+use streamkeeper_contract::rules;
 use streamkeeper_contract::worker_config::{self as contract, RocksDbTuning};
-use streamkeeper_contract::{Versioned, parse_go_duration};
-
-/// The StatefulSet controller labels each pod `controller-revision-hash: <name>-<hash>` with a
-/// hash of up to 10 characters, and a label value is at most 63: so 52 for the job name.
-pub const MAX_JOB_NAME_LEN: usize = 52;
-/// RocksDB clamps `write_buffer_size` into this range silently; refuse instead.
-pub const MIN_WRITE_BUFFER_BYTES: u64 = 64 << 10;
-pub const MAX_WRITE_BUFFER_BYTES: u64 = 64 << 30;
 
 pub(super) fn identity(
     job: &StatefulStreamJob,
@@ -31,15 +26,7 @@ pub(super) fn identity(
         job.metadata.name.as_deref(),
         "every object has one",
     )?;
-    if name.len() > MAX_JOB_NAME_LEN || !is_dns_label(&name) {
-        return Err(InvalidSpec::rule(
-            "metadata.name",
-            format!(
-                "`{name}` must be a DNS label of at most {MAX_JOB_NAME_LEN} characters (lowercase letters, digits, '-', \
-                 starting with a letter): it names the Service and the StatefulSet, whose pods carry `<name>-<hash>` labels"
-            ),
-        ));
-    }
+    rules::job_name(&name)?;
     let namespace = non_empty(
         "metadata.namespace",
         job.metadata.namespace.as_deref(),
@@ -147,56 +134,32 @@ pub(super) fn state(spec: &StateSpec) -> Result<StateSettings, InvalidSpec> {
         "spec.state.rocksdb.writeBufferSize",
         &spec.rocksdb.write_buffer_size.0,
     )?;
-    if !(MIN_WRITE_BUFFER_BYTES..=MAX_WRITE_BUFFER_BYTES).contains(&write_buffer_bytes) {
-        return Err(InvalidSpec::rule(
-            "spec.state.rocksdb.writeBufferSize",
-            format!(
-                "{} must be between 64Ki and 64Gi (RocksDB would silently clamp it)",
-                spec.rocksdb.write_buffer_size.0
-            ),
-        ));
-    }
+    let rocksdb = RocksDbTuning {
+        block_cache_bytes,
+        write_buffer_bytes,
+        compression: match spec.rocksdb.compression {
+            Compression::None => contract::Compression::None,
+            Compression::Lz4 => contract::Compression::Lz4,
+            Compression::Zstd => contract::Compression::Zstd,
+        },
+    };
+    rules::rocksdb(&rocksdb)?;
     Ok(StateSettings {
         storage_size: spec.storage_size.clone(),
         storage_bytes,
         storage_class_name: spec.storage_class_name.clone(),
-        rocksdb: RocksDbTuning {
-            block_cache_bytes,
-            write_buffer_bytes,
-            compression: match spec.rocksdb.compression {
-                Compression::None => contract::Compression::None,
-                Compression::Lz4 => contract::Compression::Lz4,
-                Compression::Zstd => contract::Compression::Zstd,
-            },
-        },
+        rocksdb,
     })
 }
 
 pub(super) fn checkpoint(spec: &CheckpointSpec) -> Result<CheckpointSettings, InvalidSpec> {
     let interval = duration("spec.checkpoint.interval", &spec.interval)?;
-    if interval < Duration::from_secs(1) {
-        return Err(InvalidSpec::rule(
-            "spec.checkpoint.interval",
-            format!("{} must be at least 1s", spec.interval),
-        ));
-    }
     let retain = u32::try_from(spec.retain)
-        .ok()
-        .filter(|n| *n >= 1)
-        .ok_or_else(|| InvalidSpec::rule("spec.checkpoint.retain", "must be at least 1"))?;
+        .map_err(|_| InvalidSpec::rule("spec.checkpoint.retain", "must be at least 1"))?;
+    rules::checkpoint(interval, retain)?;
     let s3 = &spec.s3;
-    if !(3..=63).contains(&s3.bucket.len()) {
-        return Err(InvalidSpec::rule(
-            "spec.checkpoint.s3.bucket",
-            "must be 3 to 63 characters",
-        ));
-    }
-    if s3.prefix.starts_with('/') || s3.prefix.ends_with('/') {
-        return Err(InvalidSpec::rule(
-            "spec.checkpoint.s3.prefix",
-            "must not start or end with '/'",
-        ));
-    }
+    rules::s3_bucket(&s3.bucket)?;
+    rules::s3_prefix(&s3.prefix)?;
     if let Some(endpoint) = &s3.endpoint
         && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
     {
@@ -276,15 +239,12 @@ pub(super) fn non_negative(field: &str, value: i64) -> Result<u64, InvalidSpec> 
     u64::try_from(value).map_err(|_| InvalidSpec::rule(field, format!("{value} is negative")))
 }
 
-/// The last check: the worker config rendered from this job passes the worker's own checks, so
-/// a job that validates never yields pods that refuse their config.
+/// The last check: the worker config rendered from this job passes every rule the worker
+/// checks it with ([`rules::worker_config`]), so a job that validates never yields pods that
+/// refuse their config. The parts above already ran most of them, field by field; this one
+/// catches what only the rendered whole shows.
 pub(super) fn worker_config_accepted(job: &ValidatedJob) -> Result<(), InvalidSpec> {
-    build::worker_config::render(job).check().map_err(|error| {
-        InvalidSpec::rule(
-            "spec",
-            format!("the worker would refuse its config: {error}"),
-        )
-    })
+    Ok(rules::worker_config(&build::worker_config::render(job))?)
 }
 
 pub(super) fn non_empty(
@@ -313,18 +273,6 @@ pub(super) fn bytes(field: &str, text: &str) -> Result<u64, InvalidSpec> {
         field: field.to_string(),
         source,
     })
-}
-
-/// RFC 1035 label: what a Service name must be.
-fn is_dns_label(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes[0].is_ascii_lowercase()
-        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
 }
 
 /// RFC 1123 subdomain: what most object names must be.

@@ -184,13 +184,48 @@ fn hopping_window_size_must_be_a_multiple_of_advance() {
         "spec.processor.aggregate.window.advance",
         &["36000 windows"],
     );
+    // The worker's bound (1,000), not the 10,000 this check used to allow.
+    assert_refused(
+        |job| set_window(job, window(WindowType::Hopping, "1h", Some("1800ms"), "0s")),
+        "spec.processor.aggregate.window.advance",
+        &["2000 windows", "1000"],
+    );
     let job = fixtures::validated_with(|job| {
-        set_window(job, window(WindowType::Hopping, "1h", Some("360ms"), "0s"));
+        set_window(job, window(WindowType::Hopping, "1h", Some("3600ms"), "0s"));
     });
     assert!(matches!(
         job.processor.kind,
-        ProcessorKind::Aggregate { window: Some(WindowConfig { advance: Some(a), .. }), .. } if a == Duration::from_millis(360)
+        ProcessorKind::Aggregate { window: Some(WindowConfig { advance: Some(a), .. }), .. } if a == Duration::from_millis(3600)
     ));
+}
+
+#[test]
+fn event_time_durations_are_whole_milliseconds() {
+    assert_refused(
+        |job| set_window(job, window(WindowType::Hopping, "1h", Some("500us"), "0s")),
+        "spec.processor.aggregate.window.advance",
+        &["500us", "at least 1ms"],
+    );
+    assert_refused(
+        |job| set_window(job, window(WindowType::Tumbling, "1500us", None, "0s")),
+        "spec.processor.aggregate.window.size",
+        &["1ms500us", "whole number of milliseconds"],
+    );
+    assert_refused(
+        |job| set_window(job, window(WindowType::Tumbling, "1h", None, "1.0005s")),
+        "spec.processor.aggregate.window.grace",
+        &["whole number of milliseconds"],
+    );
+    assert_refused(
+        |job| {
+            fixtures::with_dedup(job);
+            if let Some(dedup) = job.spec.processor.dedup.as_mut() {
+                dedup.ttl = "999us".into();
+            }
+        },
+        "spec.processor.dedup.ttl",
+        &["at least 1ms"],
+    );
 }
 
 #[test]
@@ -411,6 +446,41 @@ fn restore_requests_and_recovery_lag() {
         "spec.recovery.acceptableRecoveryLag",
         &["negative"],
     );
+}
+
+#[test]
+fn sasl_plain_needs_tls() {
+    let plain = |job: &mut StatefulStreamJob| {
+        fixtures::with_kafka_security(job);
+        if let Some(sasl) = job.spec.kafka.sasl.as_mut() {
+            sasl.mechanism = crate::api::SaslMechanism::Plain;
+        }
+    };
+    fixtures::validated_with(plain);
+    assert_refused(
+        |job| {
+            plain(job);
+            job.spec.kafka.tls = None;
+        },
+        "spec.kafka.sasl.mechanism",
+        &["PLAIN", "TLS"],
+    );
+    fixtures::validated_with(|job| {
+        fixtures::with_kafka_security(job);
+        job.spec.kafka.tls = None;
+    });
+}
+
+#[test]
+fn s3_bucket_names_follow_s3() {
+    for bad in ["UPPER_case", "a..b", "-bucket"] {
+        let bad = bad.to_string();
+        assert_refused(
+            |job| job.spec.checkpoint.s3.bucket = bad,
+            "spec.checkpoint.s3.bucket",
+            &["S3 bucket name"],
+        );
+    }
 }
 
 #[test]

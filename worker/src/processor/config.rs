@@ -155,7 +155,9 @@ impl ProcessorConfig {
     }
 }
 
-/// The processor selection as the operator renders it in the worker config.
+/// The processor selection as the operator renders it in the worker config. Durations are whole
+/// milliseconds there: the contract's rules refuse any other before a task starts, so the
+/// conversion loses nothing.
 impl From<&streamkeeper_contract::worker_config::ProcessorConfig> for ProcessorConfig {
     fn from(config: &streamkeeper_contract::worker_config::ProcessorConfig) -> Self {
         use streamkeeper_contract::worker_config::ProcessorKind as Rendered;
@@ -268,6 +270,70 @@ mod tests {
                 serde_json::from_str::<ProcessorConfig>(json).is_err(),
                 "{json}"
             );
+        }
+    }
+
+    mod against_the_contract {
+        use super::*;
+        use proptest::prelude::*;
+        use std::time::Duration;
+        use streamkeeper_contract::worker_config::{
+            ProcessorConfig as Rendered, ProcessorKind as RenderedKind, WindowConfig,
+        };
+        use streamkeeper_contract::{Versioned, WorkerConfig};
+
+        /// True when the worker's config check (`check-config`, and `run` before any task)
+        /// accepts a config with this processor.
+        fn config_accepts(processor: &Rendered) -> bool {
+            let example = include_str!("../../../examples/worker-standalone.yaml");
+            let mut config = WorkerConfig::from_yaml(example).unwrap();
+            config.processor = processor.clone();
+            config.check().is_ok()
+        }
+
+        /// Durations around the edges that matter: sub-millisecond, a few ms, whole seconds.
+        fn duration() -> impl Strategy<Value = Duration> {
+            prop_oneof![
+                (0u64..3_000).prop_map(Duration::from_micros),
+                (1u64..5_000).prop_map(Duration::from_millis),
+                (1u64..7_200).prop_map(Duration::from_secs),
+            ]
+        }
+
+        proptest! {
+            /// One validation for both sides: a config the check accepts (the contract's rules,
+            /// which the operator checks a spec with too) is one the worker's tasks can build;
+            /// a task never loops on a refusal the check let through.
+            #[test]
+            fn the_worker_builds_every_window_the_contract_accepts(
+                size in duration(),
+                advance in proptest::option::of(duration()),
+                grace in duration(),
+            ) {
+                let rendered = Rendered {
+                    key_field: "k".into(),
+                    time_field: Some("t".into()),
+                    kind: RenderedKind::Aggregate {
+                        value_field: "v".into(),
+                        window: Some(WindowConfig { size, advance, grace }),
+                    },
+                };
+                let accepted = config_accepts(&rendered);
+                let built = ProcessorConfig::from(&rendered).build_processor().is_ok();
+                prop_assert!(!accepted || built, "the contract accepts {rendered:?}, the worker refuses it");
+            }
+
+            #[test]
+            fn the_worker_builds_every_dedup_the_contract_accepts(ttl in duration()) {
+                let rendered = Rendered {
+                    key_field: "k".into(),
+                    time_field: Some("t".into()),
+                    kind: RenderedKind::Dedup { ttl },
+                };
+                let accepted = config_accepts(&rendered);
+                let built = ProcessorConfig::from(&rendered).build_processor().is_ok();
+                prop_assert!(!accepted || built, "the contract accepts {rendered:?}, the worker refuses it");
+            }
         }
     }
 

@@ -13,7 +13,8 @@ pub const MAX_DURATION_MS: u64 = (1 << 53) - 1;
 
 /// Upper bound on `size / advance`: each record updates that many windows, so an unbounded
 /// ratio (a day-long window advancing by 1 ms) would make a single record unboundedly costly.
-pub const MAX_WINDOWS_PER_EVENT: u64 = 1000;
+/// The contract's bound, the one the operator checks a spec with.
+pub const MAX_WINDOWS_PER_EVENT: u64 = streamkeeper_contract::rules::MAX_WINDOWS_PER_RECORD;
 
 /// Why a window specification is invalid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
