@@ -535,6 +535,7 @@ async fn put_manifest(
         processor_kind: "count".into(),
         state_format_version: 1,
         files: vec![],
+        changelog_incarnation: None,
     };
     let key = TaskPrefix::new(prefix, namespace, job, task).manifest_key(1);
     s3_client()

@@ -28,6 +28,11 @@ pub struct CheckpointManifest {
     /// Version of the state value encoding inside RocksDB.
     pub state_format_version: u32,
     pub files: Vec<CheckpointFile>,
+    /// Which incarnation of the changelog topic the offsets above belong to: absent for the
+    /// topic as first created, an id after a lost changelog was rebuilt. A restore uses only
+    /// checkpoints of the changelog's current incarnation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changelog_incarnation: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,6 +123,7 @@ mod tests {
                 size: 1024,
                 sha256: "ab".repeat(32),
             }],
+            changelog_incarnation: None,
         }
     }
 
@@ -129,6 +135,16 @@ mod tests {
             manifest
         );
         assert_eq!(manifest.total_bytes(), 1024);
+        let text = String::from_utf8(manifest.to_json()).unwrap();
+        assert!(!text.contains("changelogIncarnation"), "absent, not null");
+        let rebuilt = CheckpointManifest {
+            changelog_incarnation: Some("5f3a".into()),
+            ..manifest
+        };
+        assert_eq!(
+            CheckpointManifest::from_json(&rebuilt.to_json()).unwrap(),
+            rebuilt
+        );
     }
 
     #[test]

@@ -307,6 +307,7 @@ mod tests {
             processor_kind: "count".into(),
             state_format_version: 1,
             files: vec![],
+            changelog_incarnation: None,
         }
     }
 

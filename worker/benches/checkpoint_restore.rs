@@ -98,6 +98,7 @@ async fn main() {
         dir: snapshot_dir,
         metadata: info.metadata.unwrap(),
         file_names: info.files.iter().map(|f| f.name.clone()).collect(),
+        changelog_incarnation: None,
     };
     let mut uploader = TaskUploader::new(
         storage.clone(),

@@ -310,6 +310,10 @@ async fn a_lost_changelog_stops_the_task_and_a_restore_from_the_input_rebuilds_i
             entries.remove(APPLIED_RESTORE_KEY).as_deref(),
             Some(&b"rebuild-1"[..])
         );
+        assert!(
+            entries.remove(CHANGELOG_INCARNATION_KEY).is_some(),
+            "the rebuilt changelog is a new incarnation"
+        );
     }
     assert!(
         got == reference.local_state(),
@@ -344,10 +348,73 @@ async fn a_lost_changelog_stops_the_task_and_a_restore_from_the_input_rebuilds_i
     let mut again = job.local_state();
     for entries in again.values_mut() {
         entries.remove(APPLIED_RESTORE_KEY);
+        entries.remove(CHANGELOG_INCARNATION_KEY);
     }
     assert!(
         again == reference.local_state(),
         "state after a second restore differs"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn checkpoints_of_a_lost_changelog_never_restore_onto_its_rebuilt_successor() {
+    const PARTITIONS: i32 = 1;
+    let input = input_topic(PARTITIONS, 0..8_000).await;
+    let mut job = Job::new("ckpt-incarnation", &input, PARTITIONS, count_processor()).await;
+    job.enable_checkpoints(Duration::from_secs(3600), 5, None);
+    let address = format!("127.0.0.1:{}", free_port());
+    let mut worker = job.start_listening(&address);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    let old_offset = checkpoint_now(&address)[&0].1;
+    worker.terminate(Duration::from_secs(30));
+
+    // The changelog is lost and rebuilt from that checkpoint and the input.
+    recreate_topic(&job.config.kafka.changelog_topic, PARTITIONS, true).await;
+    job.env
+        .push(restore_request("rebuild-2", "latest", "input"));
+    let mut worker = job.start_listening(&address);
+    wait_ready(&address, &mut worker, Duration::from_secs(120));
+    // Until the new topic's offsets pass the old checkpoint's, nothing could confuse them.
+    let mut next = 8_000;
+    while end_offsets(&job.config.kafka.changelog_topic, PARTITIONS)[&0] <= old_offset + 100 {
+        more_input(&job, next..next + 4_000);
+        next += 4_000;
+        job.wait_until_caught_up(&mut worker, Duration::from_secs(180));
+    }
+    worker.terminate(Duration::from_secs(30));
+
+    // The volume is lost: the old checkpoint now lies inside the new topic's range, and has
+    // the highest changelog offset. It belongs to another history and must not be used.
+    wipe_state(&job);
+    let mut worker = job.start_listening(&address);
+    wait_ready(&address, &mut worker, Duration::from_secs(120));
+    worker.terminate(Duration::from_secs(30));
+    let log = worker.log();
+    assert!(
+        log.contains("ignoring checkpoints of another changelog incarnation"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("applying restore request"),
+        "applied once: {log}"
+    );
+
+    let reference = Job::new(
+        "ckpt-incarnation-ref",
+        &input,
+        PARTITIONS,
+        count_processor(),
+    )
+    .await;
+    run_to_completion(&reference);
+    let mut got = job.local_state();
+    for entries in got.values_mut() {
+        entries.remove(APPLIED_RESTORE_KEY);
+        entries.remove(CHANGELOG_INCARNATION_KEY);
+    }
+    assert!(
+        got == reference.local_state(),
+        "state differs from the reference"
     );
 }
 

@@ -354,6 +354,7 @@ impl TaskCheckpoints {
                     dir,
                     metadata,
                     file_names: info.files.into_iter().map(|f| f.name).collect(),
+                    changelog_incarnation: crate::task::changelog_incarnation_of(store),
                 };
                 let this = self.clone();
                 self.service.runtime.spawn(async move {

@@ -25,6 +25,8 @@ pub struct Snapshot {
     pub dir: PathBuf,
     pub metadata: TaskMetadata,
     pub file_names: Vec<String>,
+    /// The changelog incarnation the state belongs to (`None`: the topic as first created).
+    pub changelog_incarnation: Option<String>,
 }
 
 /// What the manifest says besides the files.
@@ -167,6 +169,7 @@ impl TaskUploader {
                 .unwrap_or(0),
             processor_kind: self.identity.processor_kind.clone(),
             state_format_version: self.identity.state_format_version,
+            changelog_incarnation: snapshot.changelog_incarnation.clone(),
             files: files
                 .iter()
                 .map(|f| CheckpointFile {

@@ -17,6 +17,7 @@
 //! | `m` | applied restore request  | `m` `applied_restore`                 | request id     |
 //! | `m` | input position           | `m` `input_position`                  | version, offset|
 //! | `m` | processor identity       | `m` `processor`                       | version, config|
+//! | 0x01| changelog incarnation    | 0x01 `changelog_incarnation`          | id (UTF-8)     |
 
 use super::codec::StateCodecError;
 
@@ -41,6 +42,11 @@ pub const APPLIED_RESTORE: &[u8] = b"mapplied_restore";
 /// restored state know their input position, even when Kafka's committed offsets are gone.
 /// Its value is encoded by `task::input_position`.
 pub const INPUT_POSITION: &[u8] = b"minput_position";
+
+/// The key naming which incarnation of the changelog topic the state belongs to, written when
+/// a lost changelog is rebuilt (see `task::incarnation`). It sorts before every processor tag,
+/// so in the rebuilt topic it is the first record.
+pub const CHANGELOG_INCARNATION: &[u8] = b"\x01changelog_incarnation";
 
 /// The key holding the processor config that built the state (see `task::identity`).
 pub const PROCESSOR: &[u8] = b"mprocessor";

@@ -8,6 +8,7 @@ mod dead_letter;
 mod error;
 mod fence;
 mod identity;
+mod incarnation;
 mod input_position;
 mod record_size;
 mod requested_restore;
@@ -15,6 +16,7 @@ mod restore;
 mod restore_checkpoint;
 
 pub use error::TaskError;
+pub use incarnation::of_state as changelog_incarnation_of;
 pub use record_size::MAX_RECORD_BYTES;
 pub use requested_restore::restore_request_from_env;
 

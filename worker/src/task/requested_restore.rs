@@ -19,7 +19,7 @@
 //!   whatever the state's size.
 
 use super::active::ActiveLoop;
-use super::restore::{Progress, RestorePlan, partition_of, restore_from_changelog};
+use super::restore::{ChangelogProbe, Progress, RestorePlan, partition_of, restore_from_changelog};
 use super::restore_checkpoint::install_first_usable;
 use super::{TaskError, WorkerContext};
 use crate::checkpoint::CheckpointError;
@@ -70,17 +70,18 @@ pub(super) fn restore_task(
         usual?;
         return report_applied(context, task, store);
     };
-    match usual {
+    let changelog_lost = match usual {
         Ok(_) if applied_restore_id(store)?.as_deref() == Some(request.id.as_str()) => {
             tracing::info!(task, id = %request.id, "restore request already applied to this state");
             return report_applied(context, task, store);
         }
-        Ok(_) => {}
+        Ok(_) => false,
         Err(TaskError::ChangelogLost(reason)) if request.source == RestoreReplaySource::Input => {
             tracing::warn!(task, %reason, id = %request.id, "the restore request rebuilds the lost changelog from a checkpoint and the input");
+            true
         }
         Err(error) => return Err(error),
-    }
+    };
     let choice = match request.checkpoint {
         RestoreCheckpoint::Latest => Choice::Newest,
         RestoreCheckpoint::Sequence(sequence) => Choice::Sequence(sequence),
@@ -94,7 +95,12 @@ pub(super) fn restore_task(
             active.commit_changes(store, marker(&request.id), None)?;
         }
         RestoreReplaySource::Input => {
-            from_input(context, task, store, &consumer, active, request, choice)?
+            let rebuild = Rebuild {
+                request,
+                choice,
+                changelog_lost,
+            };
+            from_input(context, task, store, &consumer, active, &rebuild)?
         }
     }
     tracing::info!(task, id = %request.id, "restore request applied");
@@ -122,15 +128,25 @@ fn marker(id: &str) -> ChangeSet {
     changes
 }
 
+/// What a restore from the input rebuilds from, and whether the changelog it rewrites is a new
+/// topic (lost, so a new incarnation) or the same one rewound.
+struct Rebuild<'a> {
+    request: &'a RestoreRequestDocument,
+    choice: Choice,
+    changelog_lost: bool,
+}
+
 fn from_input(
     context: &WorkerContext,
     task: u32,
     store: &mut RocksStore,
     consumer: &BaseConsumer,
     active: &ActiveLoop<'_>,
-    request: &RestoreRequestDocument,
-    choice: Choice,
+    rebuild: &Rebuild<'_>,
 ) -> Result<(), TaskError> {
+    let Rebuild {
+        request, choice, ..
+    } = *rebuild;
     let Some(service) = context.checkpoints.as_ref() else {
         return Err(CheckpointError::Internal(
             "a restore from the input starts from a checkpoint, but the worker config has no checkpoint.s3".into(),
@@ -185,6 +201,14 @@ fn from_input(
         u64::try_from(high - low).unwrap_or(0) + state_keys,
     );
     progress.report(RestorePhase::Replay);
+    // The rewritten state names the topic's incarnation: a fresh one for a topic created
+    // anew, the topic's own for a rewind (see `incarnation`). It leads the first transaction.
+    let incarnation = if rebuild.changelog_lost {
+        Some(super::incarnation::fresh(task))
+    } else {
+        let topic = context.config.kafka.changelog_topic.as_str();
+        ChangelogProbe::new(consumer, topic, partition_of(task)?, (low, high)).incarnation()?
+    };
     let mut rewrite = ChangelogRewrite {
         active,
         progress,
@@ -192,6 +216,12 @@ fn from_input(
         batch_bytes: 0,
         units: 0,
     };
+    match &incarnation {
+        Some(id) => rewrite
+            .batch
+            .put(keys::CHANGELOG_INCARNATION, id.as_bytes().to_vec()),
+        None => rewrite.batch.delete(keys::CHANGELOG_INCARNATION),
+    }
     tombstone_keys_not_in_state(context, task, consumer, store, &mut rewrite, low..high)?;
     write_every_state_key(store, &mut rewrite)?;
     let mut progress = rewrite.finish(store, &request.id, manifest.input_offset)?;
@@ -366,6 +396,10 @@ fn write_every_state_key(
         from = [last.as_slice(), &[0]].concat();
         for (key, value) in page {
             rewrite.units += 1;
+            // The checkpoint's own incarnation is replaced by the rewrite's (set first).
+            if key == keys::CHANGELOG_INCARNATION {
+                continue;
+            }
             rewrite.set(store, key, Some(value))?;
         }
     }

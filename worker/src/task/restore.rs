@@ -61,11 +61,16 @@ pub fn restore_from_changelog(
     }
     let mut retention = RetentionLookup::new(context, topic);
     let probe = ChangelogProbe::new(consumer, topic, partition, (low, high));
+    let current = probe.incarnation()?;
+    // Local state from another incarnation of the topic (kept on a volume across a rebuilt
+    // changelog) describes another history, whatever its offsets say.
+    let same_history = super::incarnation::of_state(store) == current;
     let local = match &outcome {
         // A restore request replaces local state whatever it holds.
         _ if chosen => None,
         OpenOutcome::Valid(meta) | OpenOutcome::Interrupted(meta)
-            if meta.next_changelog_offset >= low
+            if same_history
+                && meta.next_changelog_offset >= low
                 && meta.next_changelog_offset <= high
                 // Nothing after the local state but transaction markers (the usual restart,
                 // however long the task was idle) needs no tombstone rule.
@@ -95,6 +100,7 @@ pub fn restore_from_changelog(
                 &mut progress,
                 &mut retention,
                 &probe,
+                current.as_deref(),
             )?;
             match restored {
                 Some(meta) => (meta.next_changelog_offset, RestoreSource::Checkpoint),
@@ -381,8 +387,11 @@ impl<'a> Progress<'a> {
     }
 }
 
-/// Reads the changelog partition ahead of a replay, to see whether anything but control
-/// records follows an offset.
+/// One changelog record: offset, key, value (`None`: a tombstone).
+type ChangelogRecord = (i64, Vec<u8>, Option<Vec<u8>>);
+
+/// Reads the changelog partition ahead of a replay: whether anything but control records
+/// follows an offset, and which incarnation the topic is.
 pub(super) struct ChangelogProbe<'a> {
     consumer: &'a BaseConsumer,
     topic: &'a str,
@@ -409,6 +418,17 @@ impl<'a> ChangelogProbe<'a> {
         }
     }
 
+    /// The incarnation the changelog's first record names (see `incarnation`).
+    pub(super) fn incarnation(&self) -> Result<Option<String>, TaskError> {
+        if self.low >= self.high {
+            return Ok(None);
+        }
+        let first = self.first_record_from(self.low)?;
+        Ok(first.and_then(|(_, key, value)| {
+            super::incarnation::of_first_record(&key, value.as_deref())
+        }))
+    }
+
     /// True when only control records (transaction markers) and aborted records lie between
     /// `from` and the end: a committed read from there reaches the end without a record. The
     /// offset a state stores is the one after its last record, which is that transaction's
@@ -417,6 +437,13 @@ impl<'a> ChangelogProbe<'a> {
         if from >= self.high {
             return Ok(true);
         }
+        Ok(self
+            .first_record_from(from)?
+            .is_none_or(|(offset, _, _)| offset >= self.high))
+    }
+
+    /// The first committed record at or after `from`: (offset, key, value); `None` at the end.
+    fn first_record_from(&self, from: i64) -> Result<Option<ChangelogRecord>, TaskError> {
         let mut assignment = TopicPartitionList::new();
         assignment
             .add_partition_offset(self.topic, self.partition, Offset::Offset(from))
@@ -427,11 +454,15 @@ impl<'a> ChangelogProbe<'a> {
         let deadline = Instant::now() + TIMEOUT;
         loop {
             match self.consumer.poll(Duration::from_millis(200)) {
-                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(true),
+                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(None),
                 Some(Err(error)) => {
                     return Err(TaskError::kafka("reading ahead in the changelog", error));
                 }
-                Some(Ok(message)) => return Ok(message.offset() >= self.high),
+                Some(Ok(message)) => {
+                    let key = message.key().unwrap_or_default().to_vec();
+                    let value = message.payload().map(<[u8]>::to_vec);
+                    return Ok(Some((message.offset(), key, value)));
+                }
                 None if Instant::now() >= deadline => {
                     return Err(TaskError::Changelog(format!(
                         "reading {} partition {} from offset {from} answered nothing within {TIMEOUT:?}",

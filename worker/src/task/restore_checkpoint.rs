@@ -30,6 +30,7 @@ pub(super) fn from_checkpoints(
     progress: &mut Progress<'_>,
     retention: &mut RetentionLookup<'_>,
     probe: &ChangelogProbe<'_>,
+    incarnation: Option<&str>,
 ) -> Result<Option<TaskMetadata>, TaskError> {
     let (low, high) = (probe.low, probe.high);
     let Some(service) = context.checkpoints.as_ref() else {
@@ -37,7 +38,7 @@ pub(super) fn from_checkpoints(
     };
     let runtime = service.runtime().clone();
     let prefix = service.prefix(task);
-    let manifests = match runtime.block_on(list_manifests(service.storage(), &prefix)) {
+    let mut manifests = match runtime.block_on(list_manifests(service.storage(), &prefix)) {
         Ok(manifests) => manifests,
         // Without the changelog's head, or asked for one checkpoint, there is no other way.
         Err(error) if low > 0 || choice != Choice::Newest => return Err(error.into()),
@@ -46,6 +47,17 @@ pub(super) fn from_checkpoints(
             return Ok(None);
         }
     };
+    // Checkpoints of another incarnation of the topic describe another history.
+    let listed_all = manifests.len();
+    manifests.retain(|m| m.changelog_incarnation.as_deref() == incarnation);
+    if manifests.len() < listed_all {
+        tracing::info!(
+            task,
+            ignored = listed_all - manifests.len(),
+            ?incarnation,
+            "restore: ignoring checkpoints of another changelog incarnation"
+        );
+    }
     if let Some(newest) = manifests.iter().max_by_key(|m| m.sequence)
         && newest.changelog_offset > high
     {

@@ -142,6 +142,9 @@ pub fn restore_request(id: &str, checkpoint: &str, source: &str) -> (String, Str
 /// The applied-restore marker's key in the state (see the worker's `processor::keys`).
 pub const APPLIED_RESTORE_KEY: &[u8] = b"mapplied_restore";
 
+/// The state key naming a rebuilt changelog's incarnation (`keys::CHANGELOG_INCARNATION`).
+pub const CHANGELOG_INCARNATION_KEY: &[u8] = b"\x01changelog_incarnation";
+
 pub fn producer() -> ThreadedProducer<DefaultProducerContext> {
     ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
