@@ -100,7 +100,6 @@ pub fn restore_from_changelog(
                 &mut progress,
                 &mut retention,
                 &probe,
-                current.as_deref(),
             )?;
             match restored {
                 Some(meta) => (meta.next_changelog_offset, RestoreSource::Checkpoint),

@@ -30,7 +30,6 @@ pub(super) fn from_checkpoints(
     progress: &mut Progress<'_>,
     retention: &mut RetentionLookup<'_>,
     probe: &ChangelogProbe<'_>,
-    incarnation: Option<&str>,
 ) -> Result<Option<TaskMetadata>, TaskError> {
     let (low, high) = (probe.low, probe.high);
     let Some(service) = context.checkpoints.as_ref() else {
@@ -48,8 +47,9 @@ pub(super) fn from_checkpoints(
         }
     };
     // Checkpoints of another incarnation of the topic describe another history.
+    let incarnation = probe.incarnation()?;
     let listed_all = manifests.len();
-    manifests.retain(|m| m.changelog_incarnation.as_deref() == incarnation);
+    manifests.retain(|m| m.changelog_incarnation == incarnation);
     if manifests.len() < listed_all {
         tracing::info!(
             task,
