@@ -64,6 +64,8 @@ pub mod reasons {
     pub const S3_UNAVAILABLE: &str = "S3Unavailable";
     // Errors of the apiserver itself (metric label and Event reason only)
     pub const API_ERROR: &str = "ApiError";
+    // A write refused because this process no longer leads (metric label only)
+    pub const NOT_LEADING: &str = "NotLeading";
     // Suspended
     pub const RUNNING: &str = "Running";
     pub const FINAL_CHECKPOINT: &str = "FinalCheckpoint";

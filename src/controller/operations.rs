@@ -81,6 +81,8 @@ pub async fn final_checkpoint_before_suspend(
     let port = u16::try_from(names::HTTP_PORT).unwrap_or(8080);
     let timeout = ctx.settings.final_checkpoint_timeout;
     let service = names::service(&job.name);
+    // Asking for a checkpoint is an action on the workers: only the leader takes it.
+    ctx.leadership.check()?;
     let calls = pods.iter().map(|pod| {
         // The worker listens on its pod address; the headless Service's DNS name is the
         // fallback for a pod whose status has none yet.

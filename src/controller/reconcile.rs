@@ -19,6 +19,7 @@ use crate::controller::update_status::update_status;
 use crate::controller::{Facts, ValidatedJob, build, validate};
 use crate::kafka_admin::{KafkaAdmin, KafkaAdminError, KafkaAdmins};
 use crate::kafka_security::{KafkaClientSecurity, KafkaSecretError};
+use crate::leadership::{Leadership, NotLeading};
 use crate::metrics::Metrics;
 use crate::retention::{self, RetentionViolation, TopicRetention};
 use kube::api::Api;
@@ -56,6 +57,9 @@ pub struct Context {
     pub kafka: KafkaAdmins,
     pub metrics: Arc<Metrics>,
     pub settings: Settings,
+    /// Checked before every write that does not go through `client` (Kafka, S3, workers); the
+    /// binary's `client` checks it itself on each request.
+    pub leadership: Leadership,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -72,8 +76,17 @@ impl Context {
             kafka: KafkaAdmins::default(),
             metrics,
             settings,
+            leadership: Leadership::unconditional(),
             failures: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Writes to Kafka, S3 and the workers only while `leadership` allows them (the default
+    /// allows them always, for code that runs without an election).
+    pub fn with_leadership(mut self, leadership: Leadership) -> Self {
+        self.kafka = KafkaAdmins::new(leadership.clone());
+        self.leadership = leadership;
+        self
     }
 
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
@@ -117,6 +130,8 @@ pub enum ReconcileError {
     NoNamespace(String),
     #[error(transparent)]
     Finalizer(Box<finalizer::Error<ReconcileError>>),
+    #[error(transparent)]
+    NotLeading(#[from] NotLeading),
 }
 
 impl ReconcileError {
@@ -128,6 +143,7 @@ impl ReconcileError {
             ReconcileError::Checkpoints(error) => error.category(),
             ReconcileError::S3Credentials { .. } => reasons::S3_UNAVAILABLE,
             ReconcileError::KafkaCredentials(_) => reasons::KAFKA_CREDENTIALS,
+            ReconcileError::NotLeading(_) => reasons::NOT_LEADING,
             ReconcileError::Finalizer(error) => match error.as_ref() {
                 finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => {
                     inner.category()
