@@ -79,6 +79,8 @@ pub mod reasons {
     // Events of operations
     pub const PODS_RESTARTED: &str = "PodsRestarted";
     pub const CLEANED_UP: &str = "CleanedUp";
+    pub const STOPPING_WORKERS: &str = "StoppingWorkers";
+    pub const TOPICS_KEPT: &str = "TopicsKept";
 }
 
 /// The apiserver refuses a condition message longer than this many bytes.

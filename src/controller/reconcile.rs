@@ -10,6 +10,7 @@ use crate::api::{DeletionPolicy, JobPhase, RetentionStatus, StatefulStreamJob};
 use crate::checkpoint_reader::CheckpointReadError;
 use crate::controller::apply::{self, ApiError, ApplyError, ApplyOutcome, REFUSED_RECHECK};
 use crate::controller::cadence::{RESYNC, ROLLING_RECHECK, TASKS_RECHECK, spread};
+use crate::controller::cleanup;
 use crate::controller::conditions::{self, ConditionStatus, reasons, types};
 use crate::controller::observe::{self, CheckpointObservation};
 use crate::controller::operations::{self, RollState};
@@ -213,10 +214,18 @@ async fn reconcile_with_finalizer(
         .namespace()
         .ok_or_else(|| ReconcileError::NoNamespace(job.name_any()))?;
     let api: Api<StatefulStreamJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    // Delete: the workers stop before the finalizer's clean-up may run (it removes the finalizer
+    // as soon as it succeeds, so it cannot be the one that waits).
+    let cleaning = job.metadata.deletion_timestamp.is_some()
+        && job.spec.deletion_policy == DeletionPolicy::Delete
+        && job.finalizers().iter().any(|f| f == FINALIZER);
+    if cleaning && let Some(wait) = cleanup::stop_workers(ctx, &job).await? {
+        return Ok(wait);
+    }
     finalizer::finalizer(&api, FINALIZER, job, |event| async move {
         match event {
             FinalizerEvent::Apply(job) => apply_job(&job, ctx).await,
-            FinalizerEvent::Cleanup(job) => cleanup(&job, ctx).await,
+            FinalizerEvent::Cleanup(job) => on_delete(&job, ctx).await,
         }
     })
     .await
@@ -712,9 +721,10 @@ fn restore_progress(
     false
 }
 
-/// Deletion: `Retain` keeps the changelog and the checkpoints; `Delete` removes the changelog
-/// and dead-letter topics and every S3 object under the job's prefix.
-async fn cleanup(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, ReconcileError> {
+/// Deletion: `Retain` keeps the changelog and the checkpoints; `Delete` (once the workers have
+/// stopped) removes the topics the operator created for the job and every S3 object under the
+/// job's prefix.
+async fn on_delete(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, ReconcileError> {
     if job.spec.deletion_policy == DeletionPolicy::Retain {
         tracing::info!(job = %job_key(job), "deleted; changelog and checkpoints retained");
         return Ok(Action::await_change());
@@ -735,6 +745,9 @@ async fn cleanup(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Recon
             return Ok(Action::await_change());
         }
     };
-    operations::delete_external_state(ctx, job, &validated).await?;
+    // The record of created topics is in the status, which the watch cache may hold older.
+    let current = current_job(ctx, job).await?;
+    let job = current.as_ref().unwrap_or(job);
+    cleanup::delete_external_state(ctx, job, &validated).await?;
     Ok(Action::await_change())
 }
