@@ -333,26 +333,42 @@ async fn run(args: RunArgs) -> Result<(), RunError> {
     }
     tracing::info!(%identity, namespace = ?args.namespace, "leading: reconciling StatefulStreamJobs");
     metrics.set_leader(true);
+    let result = lead(&args, &elector, client, &metrics, identity, &stop).await;
+    metrics.set_leader(false);
+    result?;
+    let _ = server.await;
+    Ok(())
+}
 
+/// Reconciles while this process leads. `Err` as soon as the Lease is lost; `Ok` once SIGTERM
+/// has drained the reconciles (still renewing meanwhile) and the Lease is released.
+async fn lead(
+    args: &RunArgs,
+    elector: &LeaderElector,
+    client: Client,
+    metrics: &Arc<Metrics>,
+    identity: String,
+    stop: &watch::Receiver<bool>,
+) -> Result<(), RunError> {
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
             controller: "streamkeeper-operator".into(),
-            instance: Some(identity.clone()),
+            instance: Some(identity),
         },
     );
     let ctx = Arc::new(
         Context::new(
             client,
             recorder,
-            Arc::clone(&metrics),
+            Arc::clone(metrics),
             Settings {
                 final_checkpoint_timeout: Duration::from_secs(
                     args.final_checkpoint_timeout_seconds,
                 ),
             },
         )
-        .with_leadership(leadership),
+        .with_leadership(elector.leadership().clone()),
     );
     // SIGTERM: the controller finishes its reconciles while the Lease is still renewed, then
     // the Lease is released. A lost Lease: the controller is dropped at once, aborting the
@@ -363,21 +379,18 @@ async fn run(args: RunArgs) -> Result<(), RunError> {
         args.max_concurrent_reconciles,
         fired(stop.clone()),
     );
-    let lost = tokio::select! {
-        lost = elector.keep_renewing() => Some(lost),
-        () = controller => None,
-    };
-    metrics.set_leader(false);
-    if let Some(lost) = lost {
-        tracing::error!(%lost, "lost the leader Lease; aborting reconciles and exiting");
-        return Err(RunError::LostLeadership(lost));
+    tokio::select! {
+        lost = elector.keep_renewing() => {
+            tracing::error!(%lost, "lost the leader Lease; aborting reconciles and exiting");
+            return Err(RunError::LostLeadership(lost));
+        }
+        () = controller => {}
     }
     if let Err(error) = elector.give_up().await {
         tracing::warn!(%error, "could not release the Lease; another replica takes over when it expires");
     } else {
         tracing::info!("released the leader Lease");
     }
-    let _ = server.await;
     Ok(())
 }
 
