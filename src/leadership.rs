@@ -171,6 +171,19 @@ where
     }
 }
 
+/// A kube client whose requests that may change something are sent only while `leadership`
+/// allows. Its built-in retry of 429/503/504 is off, because a retry inside the client would be
+/// sent without passing the check again; the controller's backoff retries instead.
+pub fn leader_only_client(
+    mut config: kube::Config,
+    leadership: &Leadership,
+) -> Result<kube::Client, kube::Error> {
+    config.default_retry = false;
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&LeaderOnlyWrites::new(leadership.clone()))
+        .build())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

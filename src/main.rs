@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use streamkeeper::controller::reconcile::{Context, Settings};
 use streamkeeper::leader::{LeaderElector, LeaseSettings, Lost};
-use streamkeeper::leadership::{LeaderOnlyWrites, Leadership};
+use streamkeeper::leadership::{Leadership, leader_only_client};
 use streamkeeper::metrics::Metrics;
 use tokio::sync::watch;
 
@@ -392,17 +392,4 @@ async fn lead(
         tracing::info!("released the leader Lease");
     }
     Ok(())
-}
-
-/// The client every reconcile uses: a request that may change something is sent only while this
-/// process leads. Its built-in retry of 429/503/504 is off, because a retry inside the client
-/// would be sent without passing the check again; the controller's backoff retries instead.
-fn leader_only_client(
-    mut config: kube::Config,
-    leadership: &Leadership,
-) -> Result<Client, kube::Error> {
-    config.default_retry = false;
-    Ok(kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&LeaderOnlyWrites::new(leadership.clone()))
-        .build())
 }

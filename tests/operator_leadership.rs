@@ -386,3 +386,42 @@ async fn a_leader_cut_off_from_the_apiserver_stops_within_the_renew_deadline() {
     drop(child);
     delete_namespace(&client, &namespace).await;
 }
+
+#[tokio::test]
+async fn writes_are_refused_unsent_once_the_renew_deadline_passed_and_reads_go_on() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use streamkeeper::leadership::{Leadership, leader_only_client};
+    let client = client().await;
+    let namespace = namespace(&client, "op-guard").await;
+    let leadership = Leadership::elected();
+    leadership.renewed(std::time::Instant::now(), Duration::from_secs(2));
+    let config = kube::Config::infer().await.unwrap();
+    let guarded: Api<ConfigMap> =
+        Api::namespaced(leader_only_client(config, &leadership).unwrap(), &namespace);
+    let map = |name: &str| -> ConfigMap {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap()
+    };
+    guarded
+        .create(&PostParams::default(), &map("while-leading"))
+        .await
+        .expect("a write before the deadline is sent");
+    wait_for("the renew deadline to pass", TIMEOUT, async || {
+        leadership.check().is_err().then_some(())
+    })
+    .await;
+    let refused = guarded
+        .create(&PostParams::default(), &map("after-the-deadline"))
+        .await
+        .expect_err("a write after the deadline is refused");
+    assert!(refused.to_string().contains("not leading"), "{refused}");
+    let plain: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    assert!(
+        plain.get_opt("after-the-deadline").await.unwrap().is_none(),
+        "the refused write never reached the apiserver"
+    );
+    guarded
+        .get("while-leading")
+        .await
+        .expect("reads are not refused");
+    delete_namespace(&client, &namespace).await;
+}
