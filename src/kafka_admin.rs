@@ -8,6 +8,7 @@
 use crate::controller::DesiredTopic;
 use crate::controller::conditions::reasons;
 use crate::kafka_security::KafkaClientSecurity;
+use crate::leadership::{Leadership, NotLeading};
 use rdkafka::admin::{
     AdminClient, AdminOptions, ConfigEntry, NewTopic, ResourceSpecifier, TopicReplication,
 };
@@ -76,6 +77,13 @@ pub enum KafkaAdminError {
         "topic {topic} exists, but the broker lists no configs for it (its metadata may still be catching up, or this client may not describe its configs)"
     )]
     ConfigsNotVisible { topic: String },
+    #[error("{operation} topic {topic}: {source}")]
+    NotLeading {
+        operation: &'static str,
+        topic: String,
+        #[source]
+        source: NotLeading,
+    },
 }
 
 impl KafkaAdminError {
@@ -83,6 +91,7 @@ impl KafkaAdminError {
         match self {
             KafkaAdminError::InputTopicMissing { .. } => reasons::INPUT_TOPIC_MISSING,
             KafkaAdminError::Refused { .. } => reasons::KAFKA_REFUSED,
+            KafkaAdminError::NotLeading { .. } => reasons::NOT_LEADING,
             KafkaAdminError::Client { .. }
             | KafkaAdminError::Unavailable { .. }
             | KafkaAdminError::Blocking { .. }
@@ -117,12 +126,26 @@ pub struct TopicFacts {
 
 /// Admin clients by bootstrap list and credentials: jobs on one cluster with the same
 /// credentials share one client (and its connections).
-#[derive(Default)]
 pub struct KafkaAdmins {
     clients: Mutex<HashMap<(String, u64), KafkaAdmin>>,
+    leadership: Leadership,
+}
+
+impl Default for KafkaAdmins {
+    fn default() -> Self {
+        Self::new(Leadership::unconditional())
+    }
 }
 
 impl KafkaAdmins {
+    /// Clients whose topic creates and deletes are sent only while `leadership` allows.
+    pub fn new(leadership: Leadership) -> Self {
+        Self {
+            clients: Mutex::new(HashMap::new()),
+            leadership,
+        }
+    }
+
     pub fn for_cluster(
         &self,
         bootstrap: &str,
@@ -139,7 +162,8 @@ impl KafkaAdmins {
         if let Some(admin) = clients.get(&key) {
             return Ok(admin.clone());
         }
-        let admin = KafkaAdmin::connect(bootstrap, security)?;
+        let mut admin = KafkaAdmin::connect(bootstrap, security)?;
+        admin.leadership = self.leadership.clone();
         clients.insert(key, admin.clone());
         Ok(admin)
     }
@@ -154,6 +178,8 @@ pub struct KafkaAdmin {
     /// queue nobody reads, it hands over the errors librdkafka reports outside any request
     /// (refused credentials, a certificate that does not verify), which explain a failure.
     metadata: Arc<BaseConsumer<ErrorRecordingContext>>,
+    /// Checked right before each create or delete.
+    leadership: Leadership,
 }
 
 /// Keeps the errors librdkafka reports outside any request (error events, and log lines at
@@ -224,11 +250,22 @@ impl KafkaAdmin {
             bootstrap: bootstrap.to_string(),
             client: Arc::new(client),
             metadata: Arc::new(metadata),
+            leadership: Leadership::unconditional(),
         })
     }
 
     pub fn bootstrap(&self) -> &str {
         &self.bootstrap
+    }
+
+    fn may_write(&self, operation: &'static str, topic: &str) -> Result<(), KafkaAdminError> {
+        self.leadership
+            .check()
+            .map_err(|source| KafkaAdminError::NotLeading {
+                operation,
+                topic: topic.to_string(),
+                source,
+            })
     }
 
     fn options() -> AdminOptions {
@@ -346,6 +383,7 @@ impl KafkaAdmin {
     /// is left alone and reported as such: metadata can lag a creation by someone else, so the
     /// caller re-reads it and checks it against the rules.
     pub async fn create(&self, topic: &DesiredTopic) -> Result<Creation, KafkaAdminError> {
+        self.may_write("create", &topic.name)?;
         let replication = TopicReplication::Fixed(topic.replication_factor.unwrap_or(-1));
         let mut new_topic = NewTopic::new(&topic.name, topic.partitions, replication);
         for (key, value) in &topic.config {
@@ -378,6 +416,7 @@ impl KafkaAdmin {
 
     /// Deletes `topics`; one that is already gone counts as deleted.
     pub async fn delete(&self, topics: &[&str]) -> Result<(), KafkaAdminError> {
+        self.may_write("delete", &topics.join(","))?;
         let results = self
             .client
             .delete_topics(topics, &Self::options())

@@ -4,17 +4,19 @@
 //! clock** (so clock skew between replicas cannot make two leaders), and every write is a
 //! compare-and-swap on `resourceVersion` (so two candidates cannot both win).
 //!
-//! The holder stops reconciling as soon as it fails to renew within the renew deadline, which is
-//! shorter than the lease duration: it has stopped before anyone else may start.
+//! The holder may write only until the renew deadline after the start of its last successful
+//! renewal ([`Leadership`], checked at each write), which is shorter than the lease duration: it
+//! has stopped before anyone else may start, even when it was frozen and wakes up late. Every
+//! attempt is bounded by that deadline, so a request that hangs cannot keep it leading.
 
+use crate::leadership::Leadership;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 use std::sync::Mutex;
-use std::time::Duration;
-use tokio::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
 pub struct LeaseSettings {
@@ -45,12 +47,20 @@ impl LeaseSettings {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("Lease {namespace}/{name}: {source}")]
-pub struct LeaseError {
-    namespace: String,
-    name: String,
-    #[source]
-    source: kube::Error,
+pub enum LeaseError {
+    #[error("Lease {namespace}/{name}: {source}")]
+    Api {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("Lease {namespace}/{name}: no answer within {timeout:?}")]
+    Timeout {
+        namespace: String,
+        name: String,
+        timeout: Duration,
+    },
 }
 
 /// The last record seen and when this process saw it change.
@@ -63,6 +73,7 @@ pub struct LeaderElector {
     api: Api<Lease>,
     settings: LeaseSettings,
     observed: Mutex<Option<Observed>>,
+    leadership: Leadership,
 }
 
 fn is_conflict(error: &kube::Error) -> bool {
@@ -70,12 +81,19 @@ fn is_conflict(error: &kube::Error) -> bool {
 }
 
 impl LeaderElector {
-    pub fn new(client: Client, settings: LeaseSettings) -> Self {
+    /// `client` must not be the write-guarded one: the Lease is how leadership is kept.
+    /// `leadership` is extended on each renewal and revoked when it is lost.
+    pub fn new(client: Client, settings: LeaseSettings, leadership: Leadership) -> Self {
         Self {
             api: Api::namespaced(client, &settings.namespace),
             settings,
             observed: Mutex::new(None),
+            leadership,
         }
+    }
+
+    pub fn leadership(&self) -> &Leadership {
+        &self.leadership
     }
 
     pub fn settings(&self) -> &LeaseSettings {
@@ -83,11 +101,28 @@ impl LeaderElector {
     }
 
     fn error(&self, source: kube::Error) -> LeaseError {
-        LeaseError {
+        LeaseError::Api {
             namespace: self.settings.namespace.clone(),
             name: self.settings.name.clone(),
             source,
         }
+    }
+
+    /// `attempt`, given up after `timeout` (`Err(LeaseError::Timeout)`).
+    async fn bounded<T>(
+        &self,
+        timeout: Duration,
+        attempt: impl Future<Output = Result<T, LeaseError>>,
+    ) -> Result<T, LeaseError> {
+        tokio::time::timeout(timeout, attempt)
+            .await
+            .unwrap_or_else(|_| {
+                Err(LeaseError::Timeout {
+                    namespace: self.settings.namespace.clone(),
+                    name: self.settings.name.clone(),
+                    timeout,
+                })
+            })
     }
 
     fn lease_seconds(&self) -> i32 {
@@ -214,10 +249,17 @@ impl LeaderElector {
     }
 
     /// Waits until this process holds the Lease (`true`) or `stop` fires first (`false`).
+    /// Each attempt is bounded by the renew deadline; a success extends [`Leadership`].
     pub async fn acquire(&self, stop: &mut tokio::sync::watch::Receiver<bool>) -> bool {
         loop {
-            match self.try_acquire_or_renew().await {
-                Ok(true) => return true,
+            let started = Instant::now();
+            let attempt = self.try_acquire_or_renew();
+            match self.bounded(self.settings.renew_deadline, attempt).await {
+                Ok(true) => {
+                    self.leadership
+                        .renewed(started, self.settings.renew_deadline);
+                    return true;
+                }
                 Ok(false) => {}
                 Err(error) => tracing::warn!(%error, "leader election attempt failed"),
             }
@@ -228,32 +270,58 @@ impl LeaderElector {
         }
     }
 
-    /// Renews every retry period while leading; returns when a renewal has not succeeded for the
-    /// renew deadline (leadership lost) or `stop` fires.
-    pub async fn keep_renewing(&self, stop: &mut tokio::sync::watch::Receiver<bool>) -> RenewEnd {
-        let mut last_renewal = Instant::now();
+    /// Renews every retry period while leading, each attempt bounded by what is left of the
+    /// renew deadline; returns (with [`Leadership`] revoked) as soon as leadership is lost.
+    pub async fn keep_renewing(&self) -> Lost {
         loop {
+            let Some(valid_until) = self.leadership.valid_until() else {
+                return self.lost(Lost::DeadlinePassed);
+            };
+            // Wake at the deadline too: a process that slept through it must not renew first.
+            let deadline = tokio::time::Instant::from_std(valid_until);
             tokio::select! {
                 _ = tokio::time::sleep(self.settings.retry_period) => {}
-                _ = stop.wait_for(|stop| *stop) => return RenewEnd::Stopped,
+                _ = tokio::time::sleep_until(deadline) => {}
             }
-            match self.try_acquire_or_renew().await {
-                Ok(true) => last_renewal = Instant::now(),
-                Ok(false) => return RenewEnd::Lost,
+            let started = Instant::now();
+            let Some(left) = valid_until
+                .checked_duration_since(started)
+                .filter(|d| !d.is_zero())
+            else {
+                return self.lost(Lost::DeadlinePassed);
+            };
+            match self.bounded(left, self.try_acquire_or_renew()).await {
+                Ok(true) => self
+                    .leadership
+                    .renewed(started, self.settings.renew_deadline),
+                Ok(false) => return self.lost(Lost::TakenOver),
+                Err(LeaseError::Timeout { .. }) => return self.lost(Lost::DeadlinePassed),
                 Err(error) => tracing::warn!(%error, "renewing the leader Lease failed"),
             }
-            if last_renewal.elapsed() >= self.settings.renew_deadline {
-                return RenewEnd::Lost;
-            }
         }
+    }
+
+    fn lost(&self, why: Lost) -> Lost {
+        self.leadership.revoke();
+        why
+    }
+
+    /// Gives the Lease up (see [`Self::release`]), bounded by the renew deadline; writes are
+    /// refused from the start.
+    pub async fn give_up(&self) -> Result<(), LeaseError> {
+        self.leadership.revoke();
+        self.bounded(self.settings.renew_deadline, self.release())
+            .await
     }
 }
 
 /// Why [`LeaderElector::keep_renewing`] returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RenewEnd {
-    Stopped,
-    Lost,
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Lost {
+    #[error("no renewal succeeded within the renew deadline")]
+    DeadlinePassed,
+    #[error("another process holds the Lease")]
+    TakenOver,
 }
 
 #[cfg(test)]
@@ -268,7 +336,7 @@ mod tests {
             lease_duration,
             ..LeaseSettings::new("ns".into(), "lease".into(), "me".into())
         };
-        LeaderElector::new(client, settings)
+        LeaderElector::new(client, settings, Leadership::elected())
     }
 
     fn spec(holder: &str, renew_second: i64, duration_seconds: i32) -> LeaseSpec {

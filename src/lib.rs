@@ -10,6 +10,7 @@ pub mod http;
 pub mod kafka_admin;
 pub mod kafka_security;
 pub mod leader;
+pub mod leadership;
 pub mod metrics;
 pub mod retention;
 pub mod worker_client;

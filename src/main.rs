@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 use streamkeeper::controller::reconcile::{Context, Settings};
-use streamkeeper::leader::{LeaderElector, LeaseSettings, RenewEnd};
+use streamkeeper::leader::{LeaderElector, LeaseSettings, Lost};
+use streamkeeper::leadership::{Leadership, leader_only_client};
 use streamkeeper::metrics::Metrics;
 use tokio::sync::watch;
 
@@ -130,8 +131,10 @@ enum RunError {
         #[source]
         source: std::io::Error,
     },
-    #[error("lost the leader Lease; exiting so a fresh start competes again")]
-    LostLeadership,
+    #[error(
+        "lost the leader Lease ({0}); reconciles aborted, exiting so a fresh start competes again"
+    )]
+    LostLeadership(#[source] Lost),
     #[error("the lease timings must satisfy retry period < renew deadline < lease duration")]
     LeaseTimings,
     #[error("could not start the async runtime: {0}")]
@@ -172,7 +175,13 @@ fn main() -> ExitCode {
                 .enable_all()
                 .build()
                 .map_err(RunError::Runtime)
-                .and_then(|runtime| runtime.block_on(run(args)));
+                .and_then(|runtime| {
+                    let result = runtime.block_on(run(args));
+                    // Blocking calls still running (librdkafka metadata, up to its timeout) must
+                    // not delay the exit: after a lost Lease nothing of this process may go on.
+                    runtime.shutdown_background();
+                    result
+                });
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
@@ -276,7 +285,13 @@ async fn run(args: RunArgs) -> Result<(), RunError> {
     if !(retry_period < renew_deadline && renew_deadline < lease_duration) {
         return Err(RunError::LeaseTimings);
     }
-    let client = Client::try_default().await?;
+    let config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    // The Lease is read and written without the write guard: it is how leadership is kept.
+    let lease_client = Client::try_from(config.clone())?;
+    let leadership = Leadership::elected();
+    let client = leader_only_client(config, &leadership)?;
     let metrics = Arc::new(Metrics::new());
 
     let (stop_sender, stop) = watch::channel(false);
@@ -308,7 +323,7 @@ async fn run(args: RunArgs) -> Result<(), RunError> {
         retry_period,
         ..LeaseSettings::new(lease_namespace, args.lease_name.clone(), identity.clone())
     };
-    let elector = LeaderElector::new(client.clone(), settings);
+    let elector = LeaderElector::new(lease_client, settings, leadership.clone());
     tracing::info!(%identity, lease = %args.lease_name, "waiting to lead");
     let mut waiting = stop.clone();
     if !elector.acquire(&mut waiting).await {
@@ -318,61 +333,63 @@ async fn run(args: RunArgs) -> Result<(), RunError> {
     }
     tracing::info!(%identity, namespace = ?args.namespace, "leading: reconciling StatefulStreamJobs");
     metrics.set_leader(true);
+    let result = lead(&args, &elector, client, &metrics, identity, &stop).await;
+    metrics.set_leader(false);
+    result?;
+    let _ = server.await;
+    Ok(())
+}
 
-    let (lost_sender, lost) = watch::channel(false);
-    let controller_stop = {
-        let stop = stop.clone();
-        async move {
-            tokio::select! {
-                _ = fired(stop) => {}
-                _ = fired(lost) => {}
-            }
-        }
-    };
+/// Reconciles while this process leads. `Err` as soon as the Lease is lost; `Ok` once SIGTERM
+/// has drained the reconciles (still renewing meanwhile) and the Lease is released.
+async fn lead(
+    args: &RunArgs,
+    elector: &LeaderElector,
+    client: Client,
+    metrics: &Arc<Metrics>,
+    identity: String,
+    stop: &watch::Receiver<bool>,
+) -> Result<(), RunError> {
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
             controller: "streamkeeper-operator".into(),
-            instance: Some(identity.clone()),
+            instance: Some(identity),
         },
     );
-    let ctx = Arc::new(Context::new(
-        client,
-        recorder,
-        Arc::clone(&metrics),
-        Settings {
-            final_checkpoint_timeout: Duration::from_secs(args.final_checkpoint_timeout_seconds),
-        },
-    ));
-    let mut renewing = stop.clone();
-    let renew = async {
-        let end = elector.keep_renewing(&mut renewing).await;
-        if end == RenewEnd::Lost {
-            tracing::error!("could not renew the leader Lease; stopping reconciles");
-            let _ = lost_sender.send(true);
-        }
-        end
-    };
-    let (end, ()) = tokio::join!(
-        renew,
-        streamkeeper::controller::run::run(
-            ctx,
-            args.namespace.clone(),
-            args.max_concurrent_reconciles,
-            controller_stop
+    let ctx = Arc::new(
+        Context::new(
+            client,
+            recorder,
+            Arc::clone(metrics),
+            Settings {
+                final_checkpoint_timeout: Duration::from_secs(
+                    args.final_checkpoint_timeout_seconds,
+                ),
+            },
         )
+        .with_leadership(elector.leadership().clone()),
     );
-    metrics.set_leader(false);
-    match end {
-        RenewEnd::Stopped => {
-            if let Err(error) = elector.release().await {
-                tracing::warn!(%error, "could not release the Lease; another replica takes over when it expires");
-            } else {
-                tracing::info!("released the leader Lease");
-            }
-            let _ = server.await;
-            Ok(())
+    // SIGTERM: the controller finishes its reconciles while the Lease is still renewed, then
+    // the Lease is released. A lost Lease: the controller is dropped at once, aborting the
+    // reconciles in flight (their writes are refused already by the expired deadline).
+    let controller = streamkeeper::controller::run::run(
+        ctx,
+        args.namespace.clone(),
+        args.max_concurrent_reconciles,
+        fired(stop.clone()),
+    );
+    tokio::select! {
+        lost = elector.keep_renewing() => {
+            tracing::error!(%lost, "lost the leader Lease; aborting reconciles and exiting");
+            return Err(RunError::LostLeadership(lost));
         }
-        RenewEnd::Lost => Err(RunError::LostLeadership),
+        () = controller => {}
     }
+    if let Err(error) = elector.give_up().await {
+        tracing::warn!(%error, "could not release the Lease; another replica takes over when it expires");
+    } else {
+        tracing::info!("released the leader Lease");
+    }
+    Ok(())
 }

@@ -737,6 +737,114 @@ async fn deletion_retains_or_deletes_changelog_and_checkpoints() {
     delete_namespace(&s.client, &s.namespace).await;
 }
 
+/// Finalizers of a pod, replaced (`None` removes them all).
+async fn set_pod_finalizers(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    finalizers: Option<&[&str]>,
+) {
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .patch(
+            pod,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": finalizers}})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn delete_stops_the_workers_first_and_keeps_a_shared_dead_letter_topic() {
+    let s = setup("op-shared", &[]).await;
+    let ctx = context(&s.client);
+    // A dead-letter topic several jobs share, which existed before this job.
+    let shared = support::unique_name("op-shared-dlq");
+    create_topic(&shared, 3, &[]).await;
+    let name = "own";
+    let mut spec = job(name, &s.input, &s.prefix);
+    spec.spec.deletion_policy = streamkeeper::api::DeletionPolicy::Delete;
+    spec.spec.kafka.dead_letter_topic = Some(shared.clone());
+    s.jobs.create(&PostParams::default(), &spec).await.unwrap();
+    let (client, namespace) = (s.client.clone(), s.namespace.clone());
+    reconcile_until(&ctx, &s.jobs, name, "two worker pods", async || {
+        pods(&client, &namespace).await.len() == 2
+    })
+    .await;
+    let changelog = format!("{}.{name}.changelog", s.namespace);
+    assert!(describe_topic(&changelog).await.is_some());
+
+    // A worker pod that takes its time to stop (held by a finalizer of the test).
+    let hold = "streamkeeper.dev/test-hold";
+    set_pod_finalizers(&s.client, &s.namespace, "own-0", Some(&[hold])).await;
+    s.jobs.delete(name, &DeleteParams::default()).await.unwrap();
+    let sets: Api<StatefulSet> = Api::namespaced(s.client.clone(), &s.namespace);
+    let worker_pods: Api<Pod> = Api::namespaced(s.client.clone(), &s.namespace);
+    let deadline = tokio::time::Instant::now() + CONTROLLER_TIMEOUT;
+    loop {
+        let job = s.jobs.get(name).await.unwrap();
+        streamkeeper::controller::reconcile::reconcile(std::sync::Arc::new(job), ctx.clone())
+            .await
+            .expect("clean-up step succeeds");
+        assert!(
+            describe_topic(&changelog).await.is_some(),
+            "the changelog was deleted while worker pod own-0 still exists"
+        );
+        let scaled_to_zero = sets
+            .get(name)
+            .await
+            .unwrap()
+            .spec
+            .and_then(|spec| spec.replicas)
+            == Some(0);
+        let stopping = worker_pods
+            .get("own-0")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some();
+        if scaled_to_zero && stopping {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the workers were not stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // One more look while the pod is still there: still nothing deleted.
+    let job = s.jobs.get(name).await.unwrap();
+    streamkeeper::controller::reconcile::reconcile(std::sync::Arc::new(job), ctx.clone())
+        .await
+        .unwrap();
+    assert!(describe_topic(&changelog).await.is_some());
+
+    // The pod is gone: the clean-up runs.
+    set_pod_finalizers(&s.client, &s.namespace, "own-0", None).await;
+    let deadline = tokio::time::Instant::now() + CONTROLLER_TIMEOUT;
+    while let Some(job) = s.jobs.get_opt(name).await.unwrap() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job not gone after clean-up"
+        );
+        streamkeeper::controller::reconcile::reconcile(std::sync::Arc::new(job), ctx.clone())
+            .await
+            .expect("clean-up succeeds");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        describe_topic(&changelog).await.is_none(),
+        "the job's own changelog is deleted"
+    );
+    assert!(
+        describe_topic(&shared).await.is_some(),
+        "the shared dead-letter topic, which the operator did not create, is kept"
+    );
+
+    delete_namespace(&s.client, &s.namespace).await;
+}
+
 #[tokio::test]
 async fn an_unreachable_broker_is_a_condition_and_an_error_not_a_crash() {
     let s = setup("op-nokafka", &[]).await;

@@ -8,104 +8,12 @@ mod operator_support;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use operator_support::process::{Operator, holder, wait_for};
 use operator_support::{support, *};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 use streamkeeper::api::StatefulStreamJob;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-struct Operator {
-    identity: String,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Operator {
-    fn start(namespace: &str, identity: &str, dir: &Path) -> Self {
-        let log = dir.join(format!("{identity}.log"));
-        let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_streamkeeper-operator"))
-            .args([
-                "run",
-                "--namespace",
-                namespace,
-                "--identity",
-                identity,
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-                "--lease-duration-seconds",
-                "6",
-                "--renew-deadline-seconds",
-                "4",
-                "--retry-period-seconds",
-                "1",
-            ])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::from(file.try_clone().unwrap()))
-            .stderr(Stdio::from(file))
-            .spawn()
-            .expect("the operator binary starts");
-        Self {
-            identity: identity.to_string(),
-            child,
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn leads(&self) -> bool {
-        self.log().contains("leading: reconciling")
-    }
-
-    /// The metrics address the process logged.
-    fn metrics_address(&self) -> Option<String> {
-        self.log()
-            .lines()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .find(|line| line["message"] == "serving /metrics and /healthz")
-            .and_then(|line| line["address"].as_str().map(str::to_string))
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn holder(leases: &Api<Lease>) -> Option<String> {
-    leases
-        .get_opt("streamkeeper-operator")
-        .await
-        .unwrap()
-        .and_then(|lease| lease.spec)
-        .and_then(|spec| spec.holder_identity)
-}
-
-async fn wait_for<T>(
-    what: &str,
-    timeout: Duration,
-    mut check: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
 
 async fn http_get(address: &str, path: &str) -> String {
     let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();

@@ -436,7 +436,29 @@ async fn the_operator_runs_real_workers_restores_on_request_and_suspends_with_a_
     .await;
     assert_exact_output(&output, 7_000);
 
+    // deletionPolicy Delete with workers running: they are stopped, then the job's own topics go.
+    let changelog = format!("{namespace}.{name}.changelog");
+    let dead_letter = format!("{namespace}.{name}.dlq");
+    assert!(describe_topic(&changelog).await.is_some());
     jobs.delete(name, &DeleteParams::default()).await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    while jobs.get_opt(name).await.unwrap().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the job's clean-up did not finish"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &namespace);
+    let selector = streamkeeper::controller::labels::selector_string(name);
+    let left = pods
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items;
+    assert!(left.is_empty(), "worker pods outlived the clean-up");
+    assert!(describe_topic(&changelog).await.is_none());
+    assert!(describe_topic(&dead_letter).await.is_none());
     delete_namespace(&client, &namespace).await;
     let _ = Api::<Node>::all(client.clone())
         .delete(&node, &DeleteParams::default())

@@ -2,6 +2,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Observed state of a job.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
@@ -42,6 +43,24 @@ pub struct StatefulStreamJobStatus {
     /// One entry per task (input partition).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<TaskStatus>,
+
+    /// The Kafka topics the operator created for this job, by name, recorded as soon as each
+    /// was created. `deletionPolicy: Delete` deletes only these (and none that another job
+    /// names): a topic that existed before, such as a shared dead-letter topic, is kept.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub created_topics: BTreeMap<String, CreatedTopic>,
+}
+
+/// A topic the operator created for the job.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CreatedTopic {
+    /// What the job uses it for: `changelog` or `deadLetter`.
+    pub role: String,
+    /// Partitions it was created with.
+    pub partitions: i32,
+    /// When the operator created it.
+    pub created_at: Time,
 }
 
 /// Job phase: Pending, Restoring, Running, Degraded, Suspended or Failed.

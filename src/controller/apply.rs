@@ -2,20 +2,27 @@
 //!
 //! Kubernetes objects go through server-side apply with one field manager, forced, so a no-op
 //! reconcile sends the same intent and the apiserver stores nothing. Topics go first: an existing
-//! changelog that breaks a rule stops the apply before any pod could start writing to it.
+//! changelog that breaks a rule stops the apply before any pod could start writing to it. Each
+//! topic the operator creates is recorded in the job's status at once (Kafka topics carry no
+//! labels), so that `deletionPolicy: Delete` deletes what this job created and nothing else.
 
+use crate::api::StatefulStreamJob;
+use crate::api::status::CreatedTopic;
 use crate::controller::DesiredResources;
-use crate::controller::build::DesiredTopics;
+use crate::controller::build::{DesiredTopic, DesiredTopics};
 use crate::controller::names;
 use crate::kafka_admin::{Creation, KafkaAdmin, KafkaAdminError};
 use crate::retention::{self, RetentionViolation};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::time::Duration;
 
@@ -74,7 +81,11 @@ pub async fn apply(
         role_binding,
         topics,
     } = desired;
-    let changelog_delete_retention_ms = match ensure_topics(kafka, topics).await? {
+    let mut created = BTreeMap::new();
+    let ensured = ensure_topics(kafka, topics, &mut created).await;
+    // Recorded even when a later topic failed: what was created must not be forgotten.
+    record_created_topics(client, namespace, job, &created).await?;
+    let changelog_delete_retention_ms = match ensured? {
         Ok(delete_retention_ms) => delete_retention_ms,
         Err(violation) => return Ok(ApplyOutcome::ChangelogRefused(violation)),
     };
@@ -96,11 +107,13 @@ pub async fn apply(
     })
 }
 
-/// Creates missing topics; checks an existing changelog's partitions and cleanup policy. Returns
-/// the changelog's `delete.retention.ms`, or the violation that refuses it.
+/// Creates missing topics (each one this call created goes into `created`); checks an existing
+/// changelog's partitions and cleanup policy. Returns the changelog's `delete.retention.ms`, or
+/// the violation that refuses it.
 async fn ensure_topics(
     kafka: &KafkaAdmin,
     topics: &DesiredTopics,
+    created: &mut BTreeMap<String, CreatedTopic>,
 ) -> Result<Result<Option<i64>, RetentionViolation>, KafkaAdminError> {
     let DesiredTopics {
         changelog,
@@ -115,7 +128,13 @@ async fn ensure_topics(
             existing.config.get("delete.retention.ms").cloned()
         }
         None => match kafka.create(changelog).await? {
-            Creation::Created => changelog.config.get("delete.retention.ms").cloned(),
+            Creation::Created => {
+                created.insert(
+                    changelog.name.clone(),
+                    created_topic("changelog", changelog),
+                );
+                changelog.config.get("delete.retention.ms").cloned()
+            }
             // Created by someone else between our read and our create (or our read saw stale
             // metadata): it must pass the same checks as any existing changelog.
             Creation::AlreadyExisted => {
@@ -127,10 +146,50 @@ async fn ensure_topics(
             }
         },
     };
-    if kafka.topic(&dead_letter.name).await?.is_none() {
-        kafka.create(dead_letter).await?;
+    // A dead-letter topic that exists already (shared by several jobs, say) is used as it is.
+    if kafka.topic(&dead_letter.name).await?.is_none()
+        && kafka.create(dead_letter).await? == Creation::Created
+    {
+        created.insert(
+            dead_letter.name.clone(),
+            created_topic("deadLetter", dead_letter),
+        );
     }
     Ok(Ok(delete_retention.and_then(|ms| ms.parse().ok())))
+}
+
+fn created_topic(role: &str, topic: &DesiredTopic) -> CreatedTopic {
+    CreatedTopic {
+        role: role.to_string(),
+        partitions: topic.partitions,
+        created_at: Time(Timestamp::now()),
+    }
+}
+
+/// Adds `created` to the job's `status.createdTopics`. A merge patch of the map adds keys and
+/// removes none, so neither a concurrent status write nor an older status overwrites them.
+async fn record_created_topics(
+    client: &Client,
+    namespace: &str,
+    job: &str,
+    created: &BTreeMap<String, CreatedTopic>,
+) -> Result<(), ApiError> {
+    if created.is_empty() {
+        return Ok(());
+    }
+    let api: Api<StatefulStreamJob> = Api::namespaced(client.clone(), namespace);
+    let patch = serde_json::json!({ "status": { "createdTopics": created } });
+    api.patch_status(job, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map_err(|source| ApiError {
+            action: "record the created topics in the status of",
+            kind: "StatefulStreamJob".into(),
+            namespace: namespace.to_string(),
+            name: job.to_string(),
+            source,
+        })?;
+    tracing::info!(%namespace, %job, topics = ?created.keys().collect::<Vec<_>>(), "created topics recorded");
+    Ok(())
 }
 
 /// The facts of a topic the broker says exists, waiting out metadata that has not caught up.

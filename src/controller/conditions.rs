@@ -65,6 +65,8 @@ pub mod reasons {
     pub const S3_UNAVAILABLE: &str = "S3Unavailable";
     // Errors of the apiserver itself (metric label and Event reason only)
     pub const API_ERROR: &str = "ApiError";
+    // A write refused because this process no longer leads (metric label only)
+    pub const NOT_LEADING: &str = "NotLeading";
     // Suspended
     pub const RUNNING: &str = "Running";
     pub const FINAL_CHECKPOINT: &str = "FinalCheckpoint";
@@ -78,6 +80,8 @@ pub mod reasons {
     // Events of operations
     pub const PODS_RESTARTED: &str = "PodsRestarted";
     pub const CLEANED_UP: &str = "CleanedUp";
+    pub const STOPPING_WORKERS: &str = "StoppingWorkers";
+    pub const TOPICS_KEPT: &str = "TopicsKept";
 }
 
 /// The apiserver refuses a condition message longer than this many bytes.

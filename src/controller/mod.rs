@@ -8,7 +8,8 @@
 //! - [`names`], [`labels`]: every derived name, path, label and annotation key.
 //!
 //! The effectful steps: [`apply`] (server-side apply, Kafka topics), [`observe`] (S3 manifests,
-//! log-start offsets), [`operations`] (suspend, pod replacement, clean-up), [`update_status`];
+//! log-start offsets), [`operations`] (suspend, pod replacement), [`cleanup`] (what
+//! `deletionPolicy: Delete` removes, after the workers stopped), [`update_status`];
 //! [`reconcile`] runs the pipeline and [`run`] wires it into a kube-runtime `Controller`;
 //! [`cadence`] says when a job is looked at again without a watch event.
 //!
@@ -17,6 +18,7 @@
 pub mod apply;
 pub mod build;
 pub mod cadence;
+pub mod cleanup;
 pub mod conditions;
 pub mod labels;
 pub mod names;

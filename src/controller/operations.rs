@@ -1,15 +1,13 @@
 //! Operations beyond applying objects: the final checkpoint before suspend, replacing worker
-//! pods whose template is outdated (the StatefulSet uses `OnDelete`), the clean-up of
-//! `deletionPolicy: Delete`, and publishing Events.
+//! pods whose template is outdated (the StatefulSet uses `OnDelete`), and publishing Events.
+//! The clean-up of `deletionPolicy: Delete` is in [`crate::controller::cleanup`].
 
 use crate::api::StatefulStreamJob;
-use crate::checkpoint_reader::CheckpointReader;
 use crate::controller::ValidatedJob;
 use crate::controller::apply::ApiError;
 use crate::controller::conditions::reasons;
 use crate::controller::labels;
 use crate::controller::names;
-use crate::controller::observe::s3_access_keys;
 use crate::controller::reconcile::{Context, ReconcileError};
 use crate::worker_client;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -81,6 +79,8 @@ pub async fn final_checkpoint_before_suspend(
     let port = u16::try_from(names::HTTP_PORT).unwrap_or(8080);
     let timeout = ctx.settings.final_checkpoint_timeout;
     let service = names::service(&job.name);
+    // Asking for a checkpoint is an action on the workers: only the leader takes it.
+    ctx.leadership.check()?;
     let calls = pods.iter().map(|pod| {
         // The worker listens on its pod address; the headless Service's DNS name is the
         // fallback for a pod whose status has none yet.
@@ -271,31 +271,6 @@ pub async fn replace_outdated_pods(
         outdated,
         waiting_for_controller: false,
     })
-}
-
-/// `deletionPolicy: Delete`: the changelog and dead-letter topics and every S3 object under
-/// `<prefix>/<namespace>/<job>/`.
-pub async fn delete_external_state(
-    ctx: &Context,
-    job_object: &StatefulStreamJob,
-    job: &ValidatedJob,
-) -> Result<(), ReconcileError> {
-    let kafka = crate::controller::reconcile::kafka_for_job(ctx, job).await?;
-    kafka
-        .delete(&[&job.kafka.changelog_topic, &job.kafka.dead_letter_topic])
-        .await?;
-    let keys = s3_access_keys(ctx, job).await?;
-    let reader = CheckpointReader::new(&job.checkpoint, keys, &job.namespace, &job.name).await;
-    let objects = reader.delete_all().await?;
-    let note = format!(
-        "deletionPolicy Delete: deleted topics {} and {} and {objects} S3 objects under {}",
-        job.kafka.changelog_topic,
-        job.kafka.dead_letter_topic,
-        reader.job_prefix()
-    );
-    tracing::info!(job = %job.name, "{note}");
-    publish(ctx, job_object, false, reasons::CLEANED_UP, note).await;
-    Ok(())
 }
 
 #[cfg(test)]

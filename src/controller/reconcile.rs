@@ -10,6 +10,7 @@ use crate::api::{DeletionPolicy, JobPhase, RetentionStatus, StatefulStreamJob};
 use crate::checkpoint_reader::CheckpointReadError;
 use crate::controller::apply::{self, ApiError, ApplyError, ApplyOutcome, REFUSED_RECHECK};
 use crate::controller::cadence::{RESYNC, ROLLING_RECHECK, TASKS_RECHECK, spread};
+use crate::controller::cleanup;
 use crate::controller::conditions::{self, ConditionStatus, reasons, types};
 use crate::controller::observe::{self, CheckpointObservation};
 use crate::controller::operations::{self, RollState};
@@ -19,6 +20,7 @@ use crate::controller::update_status::update_status;
 use crate::controller::{Facts, ValidatedJob, build, validate};
 use crate::kafka_admin::{KafkaAdmin, KafkaAdminError, KafkaAdmins};
 use crate::kafka_security::{KafkaClientSecurity, KafkaSecretError};
+use crate::leadership::{Leadership, NotLeading};
 use crate::metrics::Metrics;
 use crate::retention::{self, RetentionViolation, TopicRetention};
 use kube::api::Api;
@@ -56,6 +58,9 @@ pub struct Context {
     pub kafka: KafkaAdmins,
     pub metrics: Arc<Metrics>,
     pub settings: Settings,
+    /// Checked before every write that does not go through `client` (Kafka, S3, workers); the
+    /// binary's `client` checks it itself on each request.
+    pub leadership: Leadership,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -72,8 +77,17 @@ impl Context {
             kafka: KafkaAdmins::default(),
             metrics,
             settings,
+            leadership: Leadership::unconditional(),
             failures: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Writes to Kafka, S3 and the workers only while `leadership` allows them (the default
+    /// allows them always, for code that runs without an election).
+    pub fn with_leadership(mut self, leadership: Leadership) -> Self {
+        self.kafka = KafkaAdmins::new(leadership.clone());
+        self.leadership = leadership;
+        self
     }
 
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
@@ -117,6 +131,8 @@ pub enum ReconcileError {
     NoNamespace(String),
     #[error(transparent)]
     Finalizer(Box<finalizer::Error<ReconcileError>>),
+    #[error(transparent)]
+    NotLeading(#[from] NotLeading),
 }
 
 impl ReconcileError {
@@ -128,6 +144,7 @@ impl ReconcileError {
             ReconcileError::Checkpoints(error) => error.category(),
             ReconcileError::S3Credentials { .. } => reasons::S3_UNAVAILABLE,
             ReconcileError::KafkaCredentials(_) => reasons::KAFKA_CREDENTIALS,
+            ReconcileError::NotLeading(_) => reasons::NOT_LEADING,
             ReconcileError::Finalizer(error) => match error.as_ref() {
                 finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => {
                     inner.category()
@@ -197,10 +214,18 @@ async fn reconcile_with_finalizer(
         .namespace()
         .ok_or_else(|| ReconcileError::NoNamespace(job.name_any()))?;
     let api: Api<StatefulStreamJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    // Delete: the workers stop before the finalizer's clean-up may run (it removes the finalizer
+    // as soon as it succeeds, so it cannot be the one that waits).
+    let cleaning = job.metadata.deletion_timestamp.is_some()
+        && job.spec.deletion_policy == DeletionPolicy::Delete
+        && job.finalizers().iter().any(|f| f == FINALIZER);
+    if cleaning && let Some(wait) = cleanup::stop_workers(ctx, &job).await? {
+        return Ok(wait);
+    }
     finalizer::finalizer(&api, FINALIZER, job, |event| async move {
         match event {
             FinalizerEvent::Apply(job) => apply_job(&job, ctx).await,
-            FinalizerEvent::Cleanup(job) => cleanup(&job, ctx).await,
+            FinalizerEvent::Cleanup(job) => on_delete(&job, ctx).await,
         }
     })
     .await
@@ -697,9 +722,10 @@ fn restore_progress(
     false
 }
 
-/// Deletion: `Retain` keeps the changelog and the checkpoints; `Delete` removes the changelog
-/// and dead-letter topics and every S3 object under the job's prefix.
-async fn cleanup(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, ReconcileError> {
+/// Deletion: `Retain` keeps the changelog and the checkpoints; `Delete` (once the workers have
+/// stopped) removes the topics the operator created for the job and every S3 object under the
+/// job's prefix.
+async fn on_delete(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, ReconcileError> {
     if job.spec.deletion_policy == DeletionPolicy::Retain {
         tracing::info!(job = %job_key(job), "deleted; changelog and checkpoints retained");
         return Ok(Action::await_change());
@@ -720,6 +746,9 @@ async fn cleanup(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Recon
             return Ok(Action::await_change());
         }
     };
-    operations::delete_external_state(ctx, job, &validated).await?;
+    // The record of created topics is in the status, which the watch cache may hold older.
+    let current = current_job(ctx, job).await?;
+    let job = current.as_ref().unwrap_or(job);
+    cleanup::delete_external_state(ctx, job, &validated).await?;
     Ok(Action::await_change())
 }

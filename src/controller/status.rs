@@ -51,6 +51,8 @@ pub fn next_status(
         last_restore_id: handled_restore_id.or_else(|| existing.last_restore_id.clone()),
         retention: retention.or_else(|| existing.retention.clone()),
         tasks,
+        // Recorded by `apply` when it creates a topic, never by a reconcile's observation.
+        created_topics: existing.created_topics.clone(),
     }
 }
 
@@ -280,6 +282,21 @@ mod tests {
             &at(2000),
         );
         assert_eq!(later, first);
+    }
+
+    #[test]
+    fn the_record_of_created_topics_survives_every_status_write() {
+        let mut existing = StatefulStreamJobStatus::default();
+        existing.created_topics.insert(
+            "ns.job.changelog".into(),
+            crate::api::status::CreatedTopic {
+                role: "changelog".into(),
+                partitions: 3,
+                created_at: at(1),
+            },
+        );
+        let next = next_status(&existing, Observation::default(), &at(2));
+        assert_eq!(next.created_topics, existing.created_topics);
     }
 
     #[test]

@@ -6,6 +6,8 @@
 #[path = "../support/mod.rs"]
 pub mod support;
 
+pub mod process;
+
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};

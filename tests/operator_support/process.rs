@@ -1,0 +1,121 @@
+//! The operator binary as a child process of a test: started with short lease timings, its log
+//! read back, signalled, killed when the test ends.
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub struct Operator {
+    pub identity: String,
+    pub child: Child,
+    log: PathBuf,
+}
+
+impl Operator {
+    pub fn start(namespace: &str, identity: &str, dir: &Path) -> Self {
+        Self::start_with(namespace, identity, dir, &[])
+    }
+
+    pub fn start_with(namespace: &str, identity: &str, dir: &Path, extra: &[&str]) -> Self {
+        let log = dir.join(format!("{identity}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_streamkeeper-operator"))
+            .args([
+                "run",
+                "--namespace",
+                namespace,
+                "--identity",
+                identity,
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                "--lease-duration-seconds",
+                "6",
+                "--renew-deadline-seconds",
+                "4",
+                "--retry-period-seconds",
+                "1",
+            ])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::from(file.try_clone().unwrap()))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("the operator binary starts");
+        Self {
+            identity: identity.to_string(),
+            child,
+            log,
+        }
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(sent.success(), "kill {signal} {pid}");
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn leads(&self) -> bool {
+        self.log().contains("leading: reconciling")
+    }
+
+    /// The metrics address the process logged.
+    pub fn metrics_address(&self) -> Option<String> {
+        self.log()
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .find(|line| line["message"] == "serving /metrics and /healthz")
+            .and_then(|line| line["address"].as_str().map(str::to_string))
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub async fn holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get_opt("streamkeeper-operator")
+        .await
+        .unwrap()
+        .and_then(|lease| lease.spec)
+        .and_then(|spec| spec.holder_identity)
+}
+
+pub async fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Kills the process when the test ends, passed or not.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
