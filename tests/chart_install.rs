@@ -2,7 +2,8 @@
 //! local node agent (`streamkeeper-local-node`, which maps the operator and worker images to the
 //! binaries cargo built and gives each pod its ServiceAccount's token): the chart's operator
 //! takes its Lease, runs a job whose workers count exactly once; `helm upgrade` rolls the
-//! operator and the new one takes over; `helm uninstall` removes the operator and leaves the
+//! operator and the new one takes over; a worker pod force-deleted mid-stream is recovered with
+//! the output still exact, as status and Events show; `helm uninstall` removes the operator and leaves the
 //! job, its StatefulSet, volumes, changelog and checkpoints alone.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
@@ -13,7 +14,8 @@ use chart_support::{CHART, helm, succeed, values_file};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use operator_support::{support, *};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
@@ -165,6 +167,25 @@ fn produce(topic: &str, range: std::ops::Range<u32>) {
             .unwrap();
     }
     producer.flush(TIMEOUT).unwrap();
+}
+
+/// How many `TasksNotRunning` and `AllTasksRunning` Events the job has had (the Ready
+/// condition's transitions).
+async fn ready_events(client: &kube::Client, namespace: &str, job: &str) -> (i32, i32) {
+    let events = Api::<Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let count = |reason: &str| {
+        events
+            .items
+            .iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(job))
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+            .sum()
+    };
+    (count("TasksNotRunning"), count("AllTasksRunning"))
 }
 
 /// Every committed output `count` per card, read_committed from the beginning.
@@ -352,9 +373,52 @@ async fn helm_installs_a_working_operator_upgrades_it_and_uninstalls_it_leaving_
         },
     )
     .await;
-    produce(&input, 300..400);
+
+    // The scenario of tests/e2e/kind.sh: a worker pod force-deleted mid-stream; the output
+    // stays exact and status and Events show the recovery.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let victim = format!("{name}-0");
+    let victim_uid = pods.get(&victim).await.unwrap().metadata.uid;
+    let before = ready_events(&client, &ns, name).await;
+    let producing = {
+        let input = input.clone();
+        std::thread::spawn(move || produce(&input, 300..400))
+    };
+    let force = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    pods.delete(&victim, &force).await.unwrap();
+    producing.join().unwrap();
+    wait_until(&format!("{victim} recreated"), async || {
+        let pod = pods.get_opt(&victim).await.unwrap()?;
+        (pod.metadata.uid != victim_uid).then_some(())
+    })
+    .await;
     wait_until("exact output of 400 events", async || {
         exact_output(&output, 400)
+    })
+    .await;
+    let recovered = wait_until("the job Ready again after the kill", async || {
+        let job = jobs.get(name).await.unwrap();
+        ready(&job).then_some(job)
+    })
+    .await;
+    let restored: Vec<_> = recovered
+        .status
+        .unwrap()
+        .tasks
+        .into_iter()
+        .filter(|task| task.owner.as_deref() == Some(victim.as_str()))
+        .map(|task| task.restore.and_then(|r| r.source))
+        .collect();
+    assert!(
+        !restored.is_empty() && restored.iter().all(Option::is_some),
+        "the tasks of the deleted pod report their restore: {restored:?}"
+    );
+    wait_until("Events of the lost and recovered tasks", async || {
+        let (lost, back) = ready_events(&client, &ns, name).await;
+        (lost > before.0 && back > before.1).then_some(())
     })
     .await;
     let checkpoints = wait_until("a checkpoint in S3", async || {
