@@ -133,15 +133,18 @@ wait_caught_up() {
   wait_until "$1" "the job consuming its input" caught_up \
     || die "the job did not consume its input within $1 s"
 }
-not_running_events() {
+# How many Events of `reason` the job has had (the operator's Ready transitions: TasksNotRunning
+# when a job loses tasks, AllTasksRunning when they are back).
+job_events() {
   kubectl -n "$NS" get events --field-selector "involvedObject.name=$JOB" -o json \
-    | python3 -c 'import json,sys; print(sum(e.get("count") or 1 for e in json.load(sys.stdin)["items"] if e.get("reason") == "TasksNotRunning"))'
+    | python3 -c 'import json,sys; print(sum(e.get("count") or 1 for e in json.load(sys.stdin)["items"] if e.get("reason") == sys.argv[1]))' "$1"
 }
 
 step "producing $FIRST_BATCH events, then $SECOND_BATCH more while a worker pod is force-deleted"
 produce 0 "$FIRST_BATCH"
 wait_caught_up 600
-before=$(not_running_events)
+lost_before=$(job_events TasksNotRunning)
+back_before=$(job_events AllTasksRunning)
 produce "$FIRST_BATCH" "$SECOND_BATCH" &
 producer=$!
 sleep 2
@@ -194,7 +197,10 @@ for t in status["tasks"]:
           r.get("source", "-"), r.get("recordsDone", "-")))
 assert restored > 0, "no task of the deleted pod reports a restore"
 '
-after=$(not_running_events)
+recovery_events() {
+  (( $(job_events TasksNotRunning) > lost_before && $(job_events AllTasksRunning) > back_before ))
+}
+wait_until 120 "the Events of the loss and the recovery" recovery_events \
+  || die "no TasksNotRunning and AllTasksRunning Events for the deleted pod's tasks"
 kubectl -n "$NS" get events --field-selector "involvedObject.name=$JOB" --sort-by=.lastTimestamp
-(( after > before )) || die "no TasksNotRunning Event for the deleted pod's tasks"
 log "PASSED: exact output through a force-deleted worker, recovery shown in status and Events"
