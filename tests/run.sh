@@ -16,9 +16,10 @@ started=()
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$SK_CACHE/cargo-target}"
 mkdir -p "$SK_RUN/logs"
 
-# Service installs (a cold Go build of the control plane is the longest) run beside the Rust build.
+# Service installs (a cold Go build of the control plane is the longest) run beside the Rust build;
+# helm is a client only (its start and stop do nothing) but is installed and exported the same way.
 declare -A installs=()
-for service in kube kafka s3; do
+for service in kube kafka s3 helm; do
   "$services/$service.sh" install > "$SK_RUN/logs/install-$service.log" 2>&1 &
   installs[$service]=$!
 done
@@ -40,11 +41,11 @@ cargo build --workspace --all-targets --locked
 step "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-for service in kube kafka s3; do
+for service in kube kafka s3 helm; do
   wait "${installs[$service]}" || { cat "$SK_RUN/logs/install-$service.log" >&2; die "installing $service failed (log above)"; }
 done
 
-for service in kafka s3 kube; do
+for service in kafka s3 kube helm; do
   step "starting $service"
   started+=("$service")
   "$services/$service.sh" start || die "$service did not start; the tests need the real service"

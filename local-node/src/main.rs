@@ -6,7 +6,9 @@
 //! directories (a PVC keeps its directory across pod restarts), and every pod gets its own
 //! loopback address as `status.podIP`. Readiness and liveness probes (HTTP GET) are honoured,
 //! crashed containers restart per `restartPolicy`, and a deleted pod gets SIGTERM, its grace
-//! period, then SIGKILL — so a StatefulSet behaves as in a cluster, without Docker.
+//! period, then SIGKILL — so a StatefulSet behaves as in a cluster, without Docker. A pod's
+//! processes get its ServiceAccount's token (as a kubeconfig in `KUBECONFIG`), so an operator run
+//! as a pod talks to the apiserver with its own RBAC.
 
 mod launch;
 mod node;
@@ -14,6 +16,7 @@ mod pods;
 mod probe;
 mod provisioner;
 mod status;
+mod token;
 
 use clap::Parser;
 use std::path::PathBuf;

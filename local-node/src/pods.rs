@@ -4,6 +4,7 @@
 
 use crate::launch::{self, ContainerPlan, HttpProbe, PodPlace, Sources};
 use crate::status::{self, ContainerState, ContainerView, PodView};
+use crate::token;
 use crate::{AgentError, Options};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
@@ -51,6 +52,8 @@ pub struct PodRunner {
     /// Pods that could not start yet (a missing ConfigMap, an unmapped image), by uid: the
     /// reason last reported, so it is patched once, not on every pass.
     blocked: HashMap<String, String>,
+    /// The apiserver as this agent's kubeconfig names it, for the pods' own kubeconfigs.
+    cluster: Option<serde_json::Value>,
 }
 
 fn now() -> String {
@@ -265,6 +268,7 @@ impl PodRunner {
             options,
             pods: HashMap::new(),
             blocked: HashMap::new(),
+            cluster: token::own_cluster(),
         }
     }
 
@@ -343,7 +347,27 @@ impl PodRunner {
             root: &self.options.root,
             images: &self.options.images,
         };
-        let plan = launch::plan(pod, &place, &sources).map_err(|e| e.to_string())?;
+        let mut plan = launch::plan(pod, &place, &sources).map_err(|e| e.to_string())?;
+        if let Some(cluster) = &self.cluster
+            && token::wanted(pod)
+        {
+            // Best effort, so a pod whose account is missing still runs (with no API access),
+            // as the pods of the tests that never talk to the apiserver always have.
+            match token::write_kubeconfig(&self.client, cluster, pod, &pod_dir).await {
+                Ok(path) => {
+                    for container in &mut plan.containers {
+                        if !container.env.iter().any(|(key, _)| key == "KUBECONFIG") {
+                            container
+                                .env
+                                .push(("KUBECONFIG".into(), path.display().to_string()));
+                        }
+                    }
+                }
+                Err(reason) => {
+                    tracing::warn!(pod = %name, %reason, "no service-account token for the pod")
+                }
+            }
+        }
         for volume in &plan.volumes {
             materialize(&volume.dir, &volume.files)
                 .map_err(|e| format!("volume {}: {e}", volume.name))?;

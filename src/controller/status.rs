@@ -122,11 +122,22 @@ const EVENT_CONDITIONS: [(&str, ConditionStatus); 4] = [
     (types::RECOVERY_GAP, ConditionStatus::True),
 ];
 
+/// Conditions that get an Event only when they change, never when first seen: a new job is not
+/// Ready yet, which is no news; a Ready job losing tasks (a pod failed) and getting them back
+/// is the recovery `kubectl get events` should show.
+const TRANSITION_CONDITIONS: [(&str, ConditionStatus); 1] =
+    [(types::READY, ConditionStatus::False)];
+
 /// Events for the watched conditions whose status changed between `old` and `new`. A condition
-/// seen for the first time gets one only when it is bad news or unknown.
+/// seen for the first time gets one only when it is bad news or unknown (and never for
+/// [`TRANSITION_CONDITIONS`]).
 pub fn transition_events(old: &[Condition], new: &[Condition]) -> Vec<ConditionEvent> {
     let mut events = Vec::new();
-    for (type_, bad) in EVENT_CONDITIONS {
+    let watched = EVENT_CONDITIONS
+        .iter()
+        .map(|watched| (watched, true))
+        .chain(TRANSITION_CONDITIONS.iter().map(|watched| (watched, false)));
+    for ((type_, bad), first_seen_counts) in watched {
         let Some(now) = conditions::find(new, type_) else {
             continue;
         };
@@ -134,7 +145,7 @@ pub fn transition_events(old: &[Condition], new: &[Condition]) -> Vec<ConditionE
         let unknown = now.status == ConditionStatus::Unknown.as_str();
         let changed = match conditions::find(old, type_) {
             Some(before) => before.status != now.status,
-            None => bad_news || unknown,
+            None => first_seen_counts && (bad_news || unknown),
         };
         if changed {
             events.push(ConditionEvent {
@@ -354,5 +365,42 @@ mod tests {
         assert_eq!(events.len(), 1);
         assert!(!events[0].warning);
         assert_eq!(events[0].reason, "InputAvailable");
+    }
+
+    #[test]
+    fn ready_gets_events_when_a_ready_job_loses_tasks_and_recovers_but_not_when_it_starts() {
+        fn ready(
+            old: &[Condition],
+            status: ConditionStatus,
+            reason: &'static str,
+            at_seconds: i64,
+        ) -> Vec<Condition> {
+            let update = condition(types::READY, status, reason, "n/4 tasks running");
+            conditions::merge_conditions(old, [update], Some(1), &at(at_seconds))
+        }
+        let starting = ready(&[], ConditionStatus::False, reasons::TASKS_NOT_RUNNING, 1);
+        assert!(transition_events(&[], &starting).is_empty(), "a new job");
+        let running = ready(
+            &starting,
+            ConditionStatus::True,
+            reasons::ALL_TASKS_RUNNING,
+            2,
+        );
+        let lost = ready(
+            &running,
+            ConditionStatus::False,
+            reasons::TASKS_NOT_RUNNING,
+            3,
+        );
+        let events = transition_events(&running, &lost);
+        assert_eq!(events.len(), 1);
+        assert!(events[0].warning);
+        assert_eq!(events[0].reason, "TasksNotRunning");
+        let back = ready(&lost, ConditionStatus::True, reasons::ALL_TASKS_RUNNING, 4);
+        let events = transition_events(&lost, &back);
+        assert_eq!(events.len(), 1);
+        assert!(!events[0].warning);
+        assert_eq!(events[0].reason, "AllTasksRunning");
+        assert!(transition_events(&back, &back).is_empty());
     }
 }

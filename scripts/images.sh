@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Builds and publishes the operator and worker images from ./Dockerfile, make-style:
+#
+#   scripts/images.sh build      both images for this machine's platform, loaded into the local engine
+#   scripts/images.sh push       both images for $PLATFORMS, pushed to $REGISTRY (docker buildx)
+#   scripts/images.sh names      print the two image references
+#
+# REGISTRY (default: streamkeeper, i.e. streamkeeper/operator), VERSION (default: the workspace
+# version in Cargo.toml), PLATFORMS (default: linux/amd64,linux/arm64) select what is built.
+# Needs a Docker engine; `push` needs buildx (multi-arch output cannot be loaded locally).
+source "$(dirname "$0")/../tests/services/lib.sh"
+cd "$(dirname "$0")/.."
+
+VERSION="${VERSION:-$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)}"
+REGISTRY="${REGISTRY:-streamkeeper}"
+PLATFORMS="${PLATFORMS:-linux/amd64,linux/arm64}"
+REVISION="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+CREATED="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+TARGETS=(operator worker)
+
+image() { echo "$REGISTRY/$1:$VERSION"; }
+
+build_args() {
+  printf -- '--build-arg\nVERSION=%s\n--build-arg\nREVISION=%s\n--build-arg\nCREATED=%s\n' \
+    "$VERSION" "$REVISION" "$CREATED"
+}
+
+require_engine() {
+  command -v docker >/dev/null || die "docker is not installed"
+  docker info >/dev/null 2>&1 || die "no Docker engine answers (docker info failed)"
+}
+
+build() {
+  require_engine
+  local args; mapfile -t args < <(build_args)
+  for target in "${TARGETS[@]}"; do
+    log "building $(image "$target")"
+    DOCKER_BUILDKIT=1 docker build "${args[@]}" --target "$target" -t "$(image "$target")" .
+  done
+}
+
+push() {
+  require_engine
+  docker buildx version >/dev/null 2>&1 || die "docker buildx is missing: multi-arch images need it"
+  local args; mapfile -t args < <(build_args)
+  for target in "${TARGETS[@]}"; do
+    log "building and pushing $(image "$target") for $PLATFORMS"
+    docker buildx build "${args[@]}" --platform "$PLATFORMS" --target "$target" \
+      -t "$(image "$target")" --push .
+  done
+}
+
+case "${1:-}" in
+  build) build ;;
+  push) push ;;
+  names) for target in "${TARGETS[@]}"; do image "$target"; done ;;
+  *) die "usage: $0 build|push|names" ;;
+esac

@@ -1,0 +1,508 @@
+//! A real `helm install` of the chart into the test control plane, its operator pods run by the
+//! local node agent (`streamkeeper-local-node`, which maps the operator and worker images to the
+//! binaries cargo built and gives each pod its ServiceAccount's token): the chart's operator
+//! takes its Lease, runs a job whose workers count exactly once; `helm upgrade` rolls the
+//! operator and the new one takes over; a worker pod force-deleted mid-stream is recovered with
+//! the output still exact, as status and Events show; `helm uninstall` removes the operator and leaves the
+//! job, its StatefulSet, volumes, changelog and checkpoints alone.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod chart_support;
+mod operator_support;
+
+use chart_support::{CHART, helm, succeed, values_file};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use operator_support::{support, *};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use streamkeeper::api::StatefulStreamJob;
+
+const PARTITIONS: i32 = 2;
+const CARDS: u32 = 20;
+const WAIT: Duration = Duration::from_secs(180);
+const TAINT_KEY: &str = "streamkeeper.dev/chart-test-node";
+
+/// The node agent, stopped (with its pods' processes) when the test ends.
+struct NodeAgent {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Drop for NodeAgent {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!(
+                "--- node agent log (tail) ---\n{}",
+                lines[lines.len().saturating_sub(80)..].join("\n")
+            );
+        }
+    }
+}
+
+fn sibling_binary(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_streamkeeper-operator")).with_file_name(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace`",
+        path.display()
+    );
+    path
+}
+
+fn start_node(node: &str, namespace: &str, root: &Path) -> NodeAgent {
+    let log = root.join("node.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let child = Command::new(sibling_binary("streamkeeper-local-node"))
+        .args(["--node-name", node, "--root"])
+        .arg(root.join("node"))
+        .arg("--image")
+        .arg(format!(
+            "streamkeeper/operator={}",
+            env!("CARGO_BIN_EXE_streamkeeper-operator")
+        ))
+        .arg("--image")
+        .arg(format!(
+            "streamkeeper/worker={}",
+            sibling_binary("streamkeeper-worker").display()
+        ))
+        .args(["--taint", &format!("{TAINT_KEY}={node}:NoSchedule")])
+        .args(["--provision-namespace", namespace])
+        // Apart from the addresses other tests' node agents hand out (10, 100).
+        .args(["--first-pod-address", "180"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::from(file.try_clone().unwrap()))
+        .stderr(Stdio::from(file))
+        .spawn()
+        .unwrap();
+    NodeAgent { child, log }
+}
+
+/// The chart's values for this test: the job namespace only, on this node, and the metrics
+/// port on the pod's own loopback address (the replicas share this host).
+fn values(namespace: &str, node: &str, reconciles: u32) -> String {
+    format!(
+        r#"
+watchNamespace: {namespace}
+maxConcurrentReconciles: {reconciles}
+logging: {{level: info, format: text}}
+metrics: {{host: "$(POD_IP)"}}
+nodeSelector: {{kubernetes.io/hostname: {node}}}
+tolerations: [{{key: {TAINT_KEY}, operator: Equal, value: {node}, effect: NoSchedule}}]
+"#
+    )
+}
+
+fn helm_in(namespace: &str, args: &[&str]) -> String {
+    succeed(
+        Command::new(helm())
+            .args(args)
+            .args(["--namespace", namespace]),
+        None,
+    )
+}
+
+async fn wait_until<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The Lease holder, once it is one of the Running pods of the operator Deployment.
+async fn leader(client: &kube::Client, namespace: &str, lease: &str) -> Option<String> {
+    let holder = Api::<Lease>::namespaced(client.clone(), namespace)
+        .get_opt(lease)
+        .await
+        .unwrap()?
+        .spec?
+        .holder_identity?;
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels("app.kubernetes.io/name=streamkeeper-operator"))
+        .await
+        .unwrap();
+    pods.items
+        .iter()
+        .any(|pod| {
+            pod.metadata.name.as_deref() == Some(holder.as_str())
+                && pod.metadata.deletion_timestamp.is_none()
+        })
+        .then_some(holder)
+}
+
+fn produce(topic: &str, range: std::ops::Range<u32>) {
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", support::kafka_bootstrap())
+        .set("enable.idempotence", "true")
+        .create()
+        .unwrap();
+    for index in range {
+        let card = format!("card-{}", (index * 7) % CARDS);
+        let value = format!(r#"{{"card":"{card}","amount":{}}}"#, index % 97 + 1);
+        producer
+            .send(BaseRecord::to(topic).key(&card).payload(&value))
+            .unwrap();
+    }
+    producer.flush(TIMEOUT).unwrap();
+}
+
+/// How many `TasksNotRunning` and `AllTasksRunning` Events the job has had (the Ready
+/// condition's transitions).
+async fn ready_events(client: &kube::Client, namespace: &str, job: &str) -> (i32, i32) {
+    let events = Api::<Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let count = |reason: &str| {
+        events
+            .items
+            .iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(job))
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+            .sum()
+    };
+    (count("TasksNotRunning"), count("AllTasksRunning"))
+}
+
+/// Every committed output `count` per card, read_committed from the beginning.
+fn committed_counts(topic: &str) -> BTreeMap<String, Vec<u64>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", support::kafka_bootstrap())
+        .set("group.id", support::unique_name("chart-check"))
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap();
+    let mut assignment = TopicPartitionList::new();
+    let mut open = 0;
+    for partition in 0..PARTITIONS {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, partition, TIMEOUT)
+            .unwrap();
+        if high > low {
+            assignment
+                .add_partition_offset(topic, partition, Offset::Beginning)
+                .unwrap();
+            open += 1;
+        }
+    }
+    let mut counts: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    if open == 0 {
+        return counts;
+    }
+    consumer.assign(&assignment).unwrap();
+    while open > 0 {
+        match consumer.poll(Duration::from_millis(500)) {
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => open -= 1,
+            Some(Err(error)) => panic!("reading {topic}: {error}"),
+            Some(Ok(message)) => {
+                let value: serde_json::Value =
+                    serde_json::from_slice(message.payload().unwrap()).unwrap();
+                counts
+                    .entry(value["key"].as_str().unwrap().to_string())
+                    .or_default()
+                    .push(value["count"].as_u64().unwrap());
+            }
+            None => {}
+        }
+    }
+    counts
+}
+
+/// `Some` once every card's committed output is exactly 1, 2, …, n and the n add up to `events`.
+fn exact_output(topic: &str, events: u32) -> Option<()> {
+    let counts = committed_counts(topic);
+    let total: usize = counts.values().map(Vec::len).sum();
+    for (card, values) in &counts {
+        let want: Vec<u64> = (1..=values.len() as u64).collect();
+        assert_eq!(values, &want, "{card}: output is not exactly 1..n");
+    }
+    assert!(
+        total <= events as usize,
+        "{total} output records for {events} events"
+    );
+    (total == events as usize).then_some(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn helm_installs_a_working_operator_upgrades_it_and_uninstalls_it_leaving_jobs_alone() {
+    let client = client().await;
+    let ns = namespace(&client, "chart-install").await;
+    let node = support::unique_name("sk-chart-node");
+    let dir = tempfile::tempdir().unwrap();
+    let _agent = start_node(&node, &ns, dir.path());
+    let release = "streamkeeper";
+    let lease = release; // the release's full name: "streamkeeper" already names the chart
+
+    let first = values_file(&values(&ns, &node, 16));
+    helm_in(
+        &ns,
+        &[
+            "install",
+            release,
+            CHART,
+            "--wait",
+            "--timeout",
+            "180s",
+            "--values",
+            first.path().to_str().unwrap(),
+        ],
+    );
+    let first_leader = wait_until("a chart operator pod holding the Lease", async || {
+        leader(&client, &ns, lease).await
+    })
+    .await;
+
+    let input = support::unique_name("chart-install-in");
+    let output = format!("{input}-out");
+    create_topic(&input, PARTITIONS, &[]).await;
+    create_topic(&output, PARTITIONS, &[]).await;
+    let prefix = support::unique_name("chart-install");
+    let name = "cards";
+    let mut job = serde_json::to_value(operator_support::job(name, &input, &prefix)).unwrap();
+    job["spec"]["checkpoint"]["interval"] = "5s".into();
+    job["spec"]["pod"] = serde_json::json!({
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "tolerations": [{"key": TAINT_KEY, "operator": "Equal", "value": node, "effect": "NoSchedule"}],
+    });
+    let job: StatefulStreamJob = serde_json::from_value(job).unwrap();
+    let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), &ns);
+    produce(&input, 0..300);
+    jobs.create(&PostParams::default(), &job).await.unwrap();
+    let ready = |job: &StatefulStreamJob| {
+        job.status.as_ref().and_then(|s| s.ready_tasks.as_deref())
+            == Some(&format!("{PARTITIONS}/{PARTITIONS}"))
+    };
+    wait_until(
+        "the chart's operator running the job's workers",
+        async || ready(&jobs.get(name).await.unwrap()).then_some(()),
+    )
+    .await;
+    wait_until("exact output of 300 events", async || {
+        exact_output(&output, 300)
+    })
+    .await;
+
+    // An upgrade rolls the Deployment; a new pod takes the Lease and reconciles a spec change.
+    let old_pods: Vec<String> = Api::<Pod>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels("app.kubernetes.io/name=streamkeeper-operator"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|pod| pod.metadata.name)
+        .collect();
+    assert!(
+        old_pods.contains(&first_leader),
+        "{first_leader} is not among {old_pods:?}"
+    );
+    let second = values_file(&values(&ns, &node, 4));
+    helm_in(
+        &ns,
+        &[
+            "upgrade",
+            release,
+            CHART,
+            "--wait",
+            "--timeout",
+            "180s",
+            "--values",
+            second.path().to_str().unwrap(),
+        ],
+    );
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let args = deployments
+        .get(release)
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .containers[0]
+        .args
+        .clone()
+        .unwrap();
+    assert!(
+        args.contains(&"--max-concurrent-reconciles=4".to_string()),
+        "{args:?}"
+    );
+    let new_leader = wait_until("a new operator pod leading", async || {
+        leader(&client, &ns, lease)
+            .await
+            .filter(|holder| !old_pods.contains(holder))
+    })
+    .await;
+    jobs.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"checkpoint": {"interval": "6s"}}})),
+    )
+    .await
+    .unwrap();
+    wait_until(
+        &format!("{new_leader} reconciling generation 2"),
+        async || {
+            let job = jobs.get(name).await.unwrap();
+            (job.status.and_then(|s| s.observed_generation) == Some(2)).then_some(())
+        },
+    )
+    .await;
+
+    // The scenario of tests/e2e/kind.sh: a worker pod force-deleted mid-stream; the output
+    // stays exact and status and Events show the recovery.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let victim = format!("{name}-0");
+    let victim_uid = pods.get(&victim).await.unwrap().metadata.uid;
+    let before = ready_events(&client, &ns, name).await;
+    let producing = {
+        let input = input.clone();
+        std::thread::spawn(move || produce(&input, 300..400))
+    };
+    let force = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    pods.delete(&victim, &force).await.unwrap();
+    producing.join().unwrap();
+    wait_until(&format!("{victim} recreated"), async || {
+        let pod = pods.get_opt(&victim).await.unwrap()?;
+        (pod.metadata.uid != victim_uid).then_some(())
+    })
+    .await;
+    wait_until("exact output of 400 events", async || {
+        exact_output(&output, 400)
+    })
+    .await;
+    let recovered = wait_until("the job Ready again after the kill", async || {
+        let job = jobs.get(name).await.unwrap();
+        ready(&job).then_some(job)
+    })
+    .await;
+    let restored: Vec<_> = recovered
+        .status
+        .unwrap()
+        .tasks
+        .into_iter()
+        .filter(|task| task.owner.as_deref() == Some(victim.as_str()))
+        .map(|task| task.restore.and_then(|r| r.source))
+        .collect();
+    assert!(
+        !restored.is_empty() && restored.iter().all(Option::is_some),
+        "the tasks of the deleted pod report their restore: {restored:?}"
+    );
+    wait_until("Events of the lost and recovered tasks", async || {
+        let (lost, back) = ready_events(&client, &ns, name).await;
+        (lost > before.0 && back > before.1).then_some(())
+    })
+    .await;
+    let checkpoints = wait_until("a checkpoint in S3", async || {
+        let listed = s3_client()
+            .list_objects_v2()
+            .bucket(support::s3_settings().bucket)
+            .prefix(format!("{prefix}/{ns}/{name}/"))
+            .send()
+            .await
+            .unwrap();
+        let keys: Vec<String> = listed
+            .contents()
+            .iter()
+            .filter_map(|o| o.key().map(String::from))
+            .collect();
+        keys.iter()
+            .any(|key| key.contains("/checkpoints/"))
+            .then_some(keys)
+    })
+    .await;
+
+    // Uninstall: the operator goes; the CRD, the job and everything that holds its state stay.
+    helm_in(&ns, &["uninstall", release, "--wait", "--timeout", "120s"]);
+    wait_until("the operator pods gone", async || {
+        let pods = Api::<Pod>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default().labels("app.kubernetes.io/name=streamkeeper-operator"))
+            .await
+            .unwrap();
+        pods.items.is_empty().then_some(())
+    })
+    .await;
+    assert!(
+        jobs.get_opt(name).await.unwrap().is_some(),
+        "the job survives uninstall"
+    );
+    assert!(
+        Api::<StatefulSet>::namespaced(client.clone(), &ns)
+            .get_opt(name)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        claims.items.len(),
+        2,
+        "the state volumes of the job's 2 worker pods stay"
+    );
+    let changelog = format!("{ns}.{name}.changelog");
+    assert!(
+        describe_topic(&changelog).await.is_some(),
+        "the changelog stays"
+    );
+    let listed = s3_client()
+        .list_objects_v2()
+        .bucket(support::s3_settings().bucket)
+        .prefix(format!("{prefix}/{ns}/{name}/"))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        listed.contents().len() >= checkpoints.len(),
+        "the checkpoints stay"
+    );
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    assert!(
+        crds.get_opt("statefulstreamjobs.streamkeeper.dev")
+            .await
+            .unwrap()
+            .is_some(),
+        "the CRD stays"
+    );
+
+    // No operator is left to remove the finalizer: take it off so the namespace can go.
+    jobs.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    delete_namespace(&client, &ns).await;
+}
