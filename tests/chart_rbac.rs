@@ -17,6 +17,7 @@ use operator_support::{support, *};
 use std::process::Command;
 use streamkeeper::api::StatefulStreamJob;
 use streamkeeper::leader::{LeaderElector, LeaseSettings};
+use streamkeeper::leadership::Leadership;
 
 /// The chart's ServiceAccount and RBAC for `release` in `namespace`, applied for real (the
 /// default values: a ClusterRole), and deleted again when dropped.
@@ -97,6 +98,7 @@ async fn the_operator_leads_and_reconciles_with_only_the_charts_rbac() {
     let elector = LeaderElector::new(
         operator.clone(),
         LeaseSettings::new(ns.clone(), fullname.clone(), "chart-rbac-test".into()),
+        Leadership::elected(),
     );
     assert!(
         elector.try_acquire_or_renew().await.unwrap(),
@@ -109,6 +111,7 @@ async fn the_operator_leads_and_reconciles_with_only_the_charts_rbac() {
     let other = LeaderElector::new(
         operator.clone(),
         LeaseSettings::new(ns.clone(), "another-lease".into(), "chart-rbac-test".into()),
+        Leadership::elected(),
     );
     assert!(
         other.try_acquire_or_renew().await.is_err(),
