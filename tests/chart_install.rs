@@ -16,14 +16,12 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use operator_support::cards::*;
+use operator_support::process;
 use operator_support::{support, *};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 use streamkeeper::api::StatefulStreamJob;
 
 const PARTITIONS: i32 = 2;
@@ -31,48 +29,9 @@ const CARDS: u32 = 20;
 const WAIT: Duration = Duration::from_secs(180);
 const TAINT_KEY: &str = "streamkeeper.dev/chart-test-node";
 
-/// The node agent, stopped (with its pods' processes) when the test ends.
-struct NodeAgent {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for NodeAgent {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let lines: Vec<&str> = log.lines().collect();
-            eprintln!(
-                "--- node agent log (tail) ---\n{}",
-                lines[lines.len().saturating_sub(80)..].join("\n")
-            );
-        }
-    }
-}
-
-fn sibling_binary(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_streamkeeper-operator")).with_file_name(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build --workspace`",
-        path.display()
-    );
-    path
-}
-
-fn start_node(node: &str, namespace: &str, root: &Path) -> NodeAgent {
-    let log = root.join("node.log");
-    let file = std::fs::File::create(&log).unwrap();
-    let child = Command::new(sibling_binary("streamkeeper-local-node"))
+fn start_node(node: &str, namespace: &str, root: &Path) -> Process {
+    let mut command = Command::new(sibling_binary("streamkeeper-local-node"));
+    command
         .args(["--node-name", node, "--root"])
         .arg(root.join("node"))
         .arg("--image")
@@ -89,12 +48,8 @@ fn start_node(node: &str, namespace: &str, root: &Path) -> NodeAgent {
         .args(["--provision-namespace", namespace])
         // Apart from the addresses other tests' node agents hand out (10, 100).
         .args(["--first-pod-address", "180"])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::from(file.try_clone().unwrap()))
-        .stderr(Stdio::from(file))
-        .spawn()
-        .unwrap();
-    NodeAgent { child, log }
+        .env("RUST_LOG", "info");
+    Process::spawn("node agent", &mut command, root.join("node.log"))
 }
 
 /// The chart's values for this test: the job namespace only, on this node, and the metrics
@@ -121,15 +76,9 @@ fn helm_in(namespace: &str, args: &[&str]) -> String {
     )
 }
 
-async fn wait_until<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+/// Waits up to [`WAIT`] until `check` gives a value.
+async fn wait_until<T>(what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
+    process::wait_for(what, WAIT, check).await
 }
 
 /// The Lease holder, once it is one of the Running pods of the operator Deployment.
@@ -153,22 +102,6 @@ async fn leader(client: &kube::Client, namespace: &str, lease: &str) -> Option<S
         .then_some(holder)
 }
 
-fn produce(topic: &str, range: std::ops::Range<u32>) {
-    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-        .set("bootstrap.servers", support::kafka_bootstrap())
-        .set("enable.idempotence", "true")
-        .create()
-        .unwrap();
-    for index in range {
-        let card = format!("card-{}", (index * 7) % CARDS);
-        let value = format!(r#"{{"card":"{card}","amount":{}}}"#, index % 97 + 1);
-        producer
-            .send(BaseRecord::to(topic).key(&card).payload(&value))
-            .unwrap();
-    }
-    producer.flush(TIMEOUT).unwrap();
-}
-
 /// How many `TasksNotRunning` and `AllTasksRunning` Events the job has had (the Ready
 /// condition's transitions).
 async fn ready_events(client: &kube::Client, namespace: &str, job: &str) -> (i32, i32) {
@@ -186,66 +119,6 @@ async fn ready_events(client: &kube::Client, namespace: &str, job: &str) -> (i32
             .sum()
     };
     (count("TasksNotRunning"), count("AllTasksRunning"))
-}
-
-/// Every committed output `count` per card, read_committed from the beginning.
-fn committed_counts(topic: &str) -> BTreeMap<String, Vec<u64>> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", support::kafka_bootstrap())
-        .set("group.id", support::unique_name("chart-check"))
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .create()
-        .unwrap();
-    let mut assignment = TopicPartitionList::new();
-    let mut open = 0;
-    for partition in 0..PARTITIONS {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, partition, TIMEOUT)
-            .unwrap();
-        if high > low {
-            assignment
-                .add_partition_offset(topic, partition, Offset::Beginning)
-                .unwrap();
-            open += 1;
-        }
-    }
-    let mut counts: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    if open == 0 {
-        return counts;
-    }
-    consumer.assign(&assignment).unwrap();
-    while open > 0 {
-        match consumer.poll(Duration::from_millis(500)) {
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => open -= 1,
-            Some(Err(error)) => panic!("reading {topic}: {error}"),
-            Some(Ok(message)) => {
-                let value: serde_json::Value =
-                    serde_json::from_slice(message.payload().unwrap()).unwrap();
-                counts
-                    .entry(value["key"].as_str().unwrap().to_string())
-                    .or_default()
-                    .push(value["count"].as_u64().unwrap());
-            }
-            None => {}
-        }
-    }
-    counts
-}
-
-/// `Some` once every card's committed output is exactly 1, 2, …, n and the n add up to `events`.
-fn exact_output(topic: &str, events: u32) -> Option<()> {
-    let counts = committed_counts(topic);
-    let total: usize = counts.values().map(Vec::len).sum();
-    for (card, values) in &counts {
-        let want: Vec<u64> = (1..=values.len() as u64).collect();
-        assert_eq!(values, &want, "{card}: output is not exactly 1..n");
-    }
-    assert!(
-        total <= events as usize,
-        "{total} output records for {events} events"
-    );
-    (total == events as usize).then_some(())
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -291,7 +164,7 @@ async fn helm_installs_a_working_operator_upgrades_it_and_uninstalls_it_leaving_
     });
     let job: StatefulStreamJob = serde_json::from_value(job).unwrap();
     let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), &ns);
-    produce(&input, 0..300);
+    produce_cards(&input, CARDS, 0..300);
     jobs.create(&PostParams::default(), &job).await.unwrap();
     let ready = |job: &StatefulStreamJob| {
         job.status.as_ref().and_then(|s| s.ready_tasks.as_deref())
@@ -303,7 +176,7 @@ async fn helm_installs_a_working_operator_upgrades_it_and_uninstalls_it_leaving_
     )
     .await;
     wait_until("exact output of 300 events", async || {
-        exact_output(&output, 300)
+        exact_output(&output, PARTITIONS, 300)
     })
     .await;
 
@@ -382,7 +255,7 @@ async fn helm_installs_a_working_operator_upgrades_it_and_uninstalls_it_leaving_
     let before = ready_events(&client, &ns, name).await;
     let producing = {
         let input = input.clone();
-        std::thread::spawn(move || produce(&input, 300..400))
+        std::thread::spawn(move || produce_cards(&input, CARDS, 300..400))
     };
     let force = DeleteParams {
         grace_period_seconds: Some(0),
@@ -396,7 +269,7 @@ async fn helm_installs_a_working_operator_upgrades_it_and_uninstalls_it_leaving_
     })
     .await;
     wait_until("exact output of 400 events", async || {
-        exact_output(&output, 400)
+        exact_output(&output, PARTITIONS, 400)
     })
     .await;
     let recovered = wait_until("the job Ready again after the kill", async || {

@@ -16,6 +16,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
+use operator_support::process::wait_for;
 use operator_support::{support, *};
 use rdkafka::TopicPartitionList;
 use rdkafka::admin::AdminOptions;
@@ -228,8 +229,21 @@ async fn apply_creates_every_object_updates_them_and_a_no_op_writes_nothing() {
 
     // A second reconcile with nothing changed writes nothing: every resourceVersion stays.
     let before = resource_versions(&s.client, &s.namespace, name).await;
-    // The StatefulSet controller writes the StatefulSet's status on its own; let it settle.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The StatefulSet controller writes the StatefulSet's status on its own: wait until it has
+    // seen this generation and created every pod, so its writes do not count as ours.
+    let sets: Api<StatefulSet> = Api::namespaced(s.client.clone(), &s.namespace);
+    wait_for(
+        "the StatefulSet controller to settle",
+        TIMEOUT,
+        async || {
+            let set = sets.get(name).await.ok()?;
+            let status = set.status.as_ref()?;
+            let wanted = set.spec.as_ref()?.replicas?;
+            (status.observed_generation == set.metadata.generation && status.replicas == wanted)
+                .then_some(())
+        },
+    )
+    .await;
     reconcile_once(&ctx, &s.jobs, name).await.unwrap();
     let settled = resource_versions(&s.client, &s.namespace, name).await;
     reconcile_once(&ctx, &s.jobs, name).await.unwrap();

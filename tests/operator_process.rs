@@ -52,7 +52,25 @@ async fn two_operators_elect_one_leader_and_the_other_takes_over() {
 
     // Exactly one leads, and stays the leader while it renews.
     let first = wait_for("a leader", TIMEOUT, async || holder(&leases).await).await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // It stays the leader across renewals: wait for two, the holder unchanged.
+    let renewed_at = async || {
+        let lease = leases.get("streamkeeper-operator").await.ok()?;
+        let spec = lease.spec?;
+        Some((spec.holder_identity?, spec.renew_time?.0))
+    };
+    let (_, start) = renewed_at().await.unwrap();
+    let mut renewals = 0;
+    let mut last = start;
+    wait_for("two renewals by the same leader", TIMEOUT, async || {
+        let (holder, at) = renewed_at().await?;
+        assert_eq!(holder, first, "the leader changed while renewing");
+        if at != last {
+            renewals += 1;
+            last = at;
+        }
+        (renewals >= 2).then_some(())
+    })
+    .await;
     assert_eq!(holder(&leases).await.as_deref(), Some(first.as_str()));
     let leading: Vec<&str> = operators
         .iter()

@@ -14,13 +14,12 @@ mod operator_support;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use operator_support::cards::*;
 use operator_support::{support, *};
+use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use streamkeeper::api::{JobPhase, StatefulStreamJob, TaskStatus};
 use streamkeeper_contract::{CheckpointManifest, TaskPrefix, Versioned};
@@ -29,146 +28,9 @@ const PARTITIONS: i32 = 4;
 const CARDS: u32 = 60;
 const WAIT: Duration = Duration::from_secs(180);
 
-/// A child process killed when the test ends; its log is printed if the test failed.
-struct Process {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Process {
-    fn spawn(name: &'static str, command: &mut Command, log: PathBuf) -> Self {
-        let file = std::fs::File::create(&log).unwrap();
-        let child = command
-            .stdout(Stdio::from(file.try_clone().unwrap()))
-            .stderr(Stdio::from(file))
-            .spawn()
-            .unwrap_or_else(|e| panic!("{name} starts: {e}"));
-        Self { name, child, log }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        // SIGTERM first: the node agent stops its pods' processes on the way out.
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let lines: Vec<&str> = log.lines().collect();
-            eprintln!(
-                "--- {} log (tail) ---\n{}",
-                self.name,
-                lines[lines.len().saturating_sub(60)..].join("\n")
-            );
-        }
-    }
-}
-
-/// A binary cargo built next to the operator's.
-fn sibling_binary(name: &str) -> PathBuf {
-    let operator = Path::new(env!("CARGO_BIN_EXE_streamkeeper-operator"));
-    let path = operator.with_file_name(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build it with `cargo build --workspace --bins` (tests/run.sh does)",
-        path.display()
-    );
-    path
-}
-
-fn producer() -> ThreadedProducer<DefaultProducerContext> {
-    ClientConfig::new()
-        .set("bootstrap.servers", support::kafka_bootstrap())
-        .set("enable.idempotence", "true")
-        .create()
-        .unwrap()
-}
-
-/// Events `range` as the card-count job reads them: key and `card` field `card-<i*7 mod CARDS>`.
-fn produce(topic: &str, range: std::ops::Range<u32>) {
-    let producer = producer();
-    for index in range {
-        let card = format!("card-{}", (index * 7) % CARDS);
-        let value = format!(r#"{{"card":"{card}","amount":{}}}"#, index % 97 + 1);
-        let mut record = BaseRecord::to(topic).key(&card).payload(&value);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    record = back;
-                    producer.poll(Duration::from_millis(10));
-                }
-            }
-        }
-    }
-    producer.flush(TIMEOUT).unwrap();
-}
-
-/// Every committed output record's `count`, per card, in order.
-fn committed_counts(topic: &str) -> BTreeMap<String, Vec<u64>> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", support::kafka_bootstrap())
-        .set("group.id", support::unique_name("check"))
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .create()
-        .unwrap();
-    let mut counts: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    let mut assignment = TopicPartitionList::new();
-    let mut open = 0;
-    for partition in 0..PARTITIONS {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, partition, TIMEOUT)
-            .unwrap();
-        if high > low {
-            assignment
-                .add_partition_offset(topic, partition, Offset::Beginning)
-                .unwrap();
-            open += 1;
-        }
-    }
-    if open == 0 {
-        return counts;
-    }
-    consumer.assign(&assignment).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while open > 0 {
-        assert!(Instant::now() < deadline, "reading {topic} took too long");
-        match consumer.poll(Duration::from_millis(500)) {
-            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => open -= 1,
-            Some(Err(error)) => panic!("reading {topic}: {error}"),
-            Some(Ok(message)) => {
-                let value: serde_json::Value =
-                    serde_json::from_slice(message.payload().unwrap()).unwrap();
-                counts
-                    .entry(value["key"].as_str().unwrap().to_string())
-                    .or_default()
-                    .push(value["count"].as_u64().unwrap());
-            }
-            None => {}
-        }
-    }
-    counts
-}
-
 /// Every card's output is exactly 1, 2, …, n, and the n add up to `events`.
 fn assert_exact_output(topic: &str, events: u32) {
-    let counts = committed_counts(topic);
-    let mut total = 0;
-    for (card, values) in &counts {
-        let want: Vec<u64> = (1..=values.len() as u64).collect();
-        assert_eq!(values, &want, "{card}: output is not exactly 1..n");
-        total += values.len();
-    }
-    assert_eq!(total, events as usize, "one output record per event");
+    exact_output(topic, PARTITIONS, events).expect("one output record per event");
 }
 
 /// Waits until the job's status satisfies `done`. Every few seconds it touches an annotation,
@@ -326,7 +188,7 @@ async fn the_operator_runs_real_workers_restores_on_request_and_suspends_with_a_
     merge_json(&mut value["spec"], &extra);
     spec = serde_json::from_value(value).unwrap();
     let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), &namespace);
-    produce(&input, 0..3_000);
+    produce_cards(&input, CARDS, 0..3_000);
     jobs.create(&PostParams::default(), &spec).await.unwrap();
 
     // The status follows the workers: every task has an owner and is Running.
@@ -345,7 +207,7 @@ async fn the_operator_runs_real_workers_restores_on_request_and_suspends_with_a_
 
     // A restore request: pods are replaced with it, every task applies it once, then it is
     // recorded. Events keep arriving meanwhile.
-    produce(&input, 3_000..4_000);
+    produce_cards(&input, CARDS, 3_000..4_000);
     jobs.patch(
         name,
         &PatchParams::default(),
@@ -355,7 +217,7 @@ async fn the_operator_runs_real_workers_restores_on_request_and_suspends_with_a_
     )
     .await
     .unwrap();
-    produce(&input, 4_000..5_000);
+    produce_cards(&input, CARDS, 4_000..5_000);
     let job = wait_for_status(&jobs, name, "the restore to be applied", |job| {
         job.status
             .as_ref()
@@ -378,7 +240,7 @@ async fn the_operator_runs_real_workers_restores_on_request_and_suspends_with_a_
     wait_for_status(&jobs, name, "tasks running after the restore", all_running).await;
 
     // Suspend: a final checkpoint of everything committed, then zero replicas.
-    produce(&input, 5_000..6_000);
+    produce_cards(&input, CARDS, 5_000..6_000);
     let ends = input_ends(&input);
     wait_for_status(&jobs, name, "every input record processed", |job| {
         tasks(job).len() == PARTITIONS as usize && tasks(job).iter().all(|t| t.input_lag == Some(0))
@@ -428,7 +290,7 @@ async fn the_operator_runs_real_workers_restores_on_request_and_suspends_with_a_
     )
     .await
     .unwrap();
-    produce(&input, 6_000..7_000);
+    produce_cards(&input, CARDS, 6_000..7_000);
     wait_for_status(&jobs, name, "tasks running after resume", all_running).await;
     wait_for_status(&jobs, name, "the new input processed", |job| {
         tasks(job).iter().all(|t| t.input_lag == Some(0))

@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 pub mod support;
 
+pub mod cards;
 pub mod process;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};

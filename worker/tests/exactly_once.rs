@@ -111,10 +111,7 @@ async fn graceful_restart_replays_nothing() {
     job.wait_until_caught_up(&mut worker, Duration::from_secs(120));
     worker.terminate(Duration::from_secs(30));
     let log = worker.log();
-    let finished = log
-        .lines()
-        .filter(|l| l.contains("restore finished"))
-        .count();
+    let finished = finished_restores(&log);
     assert_eq!(
         finished, PARTITIONS as usize,
         "one finished restore per task:\n{log}"
@@ -155,11 +152,7 @@ async fn corrupt_local_state_is_rebuilt_from_the_changelog() {
     job.wait_until_caught_up(&mut worker, Duration::from_secs(120));
     // Committed offsets were already at the end, so wait for every task's restore itself.
     support::checkpoints::wait_for("every task restored", Duration::from_secs(120), || {
-        let log = worker.log();
-        log.lines()
-            .filter(|l| l.contains("restore finished"))
-            .count()
-            == PARTITIONS as usize
+        finished_restores(&worker.log()) == PARTITIONS as usize
     });
     worker.terminate(Duration::from_secs(30));
     let log = worker.log();

@@ -268,10 +268,7 @@ async fn a_task_idle_past_the_tombstone_retention_restarts_from_its_local_state(
         assert_eq!(report["restore"]["source"], "local", "{report}");
     }
     let log = worker.log();
-    let finished = log
-        .lines()
-        .filter(|l| l.contains("restore finished"))
-        .count();
+    let finished = finished_restores(&log);
     assert_eq!(
         finished, PARTITIONS as usize,
         "one restore per task:\n{log}"

@@ -630,6 +630,13 @@ pub fn aggregate_processor() -> ProcessorConfig {
     }
 }
 
+/// How many task restores a run finished, from the worker's log (one line per task).
+pub fn finished_restores(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.contains("restore finished"))
+        .count()
+}
+
 /// Number of changelog records a run replayed, from the worker's restore log lines.
 pub fn replayed_records(log: &str) -> u64 {
     log.lines()

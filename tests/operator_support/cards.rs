@@ -1,0 +1,155 @@
+//! The card-count scenario the end-to-end tests share: child processes (the node agent, the
+//! operator) stopped when a test ends, the binaries cargo built, card events produced to the
+//! input, and the committed output checked to be exactly 1, 2, …, n per card.
+
+use super::{TIMEOUT, support};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A child process stopped when the test ends (SIGTERM first: the node agent stops its pods'
+/// processes on the way out); its log is printed if the test failed.
+pub struct Process {
+    name: &'static str,
+    pub child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    pub fn spawn(name: &'static str, command: &mut Command, log: PathBuf) -> Self {
+        let file = std::fs::File::create(&log).unwrap();
+        let child = command
+            .stdout(Stdio::from(file.try_clone().unwrap()))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .unwrap_or_else(|e| panic!("{name} starts: {e}"));
+        Self { name, child, log }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!(
+                "--- {} log (tail) ---\n{}",
+                self.name,
+                lines[lines.len().saturating_sub(80)..].join("\n")
+            );
+        }
+    }
+}
+
+/// A binary cargo built next to the operator's.
+pub fn sibling_binary(name: &str) -> PathBuf {
+    let operator = Path::new(env!("CARGO_BIN_EXE_streamkeeper-operator"));
+    let path = operator.with_file_name(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build --workspace --all-targets` (tests/run.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// Events `range` as the card-count job reads them: key and `card` field `card-<i*7 mod cards>`.
+pub fn produce_cards(topic: &str, cards: u32, range: std::ops::Range<u32>) {
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", support::kafka_bootstrap())
+        .set("enable.idempotence", "true")
+        .create()
+        .unwrap();
+    for index in range {
+        let card = format!("card-{}", (index * 7) % cards);
+        let value = format!(r#"{{"card":"{card}","amount":{}}}"#, index % 97 + 1);
+        let mut record = BaseRecord::to(topic).key(&card).payload(&value);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    record = back;
+                    producer.poll(Duration::from_millis(10));
+                }
+            }
+        }
+    }
+    producer.flush(TIMEOUT).unwrap();
+}
+
+/// Every committed output record's `count`, per card, in order (read_committed from the start).
+pub fn committed_counts(topic: &str, partitions: i32) -> BTreeMap<String, Vec<u64>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", support::kafka_bootstrap())
+        .set("group.id", support::unique_name("check"))
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap();
+    let mut counts: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut assignment = TopicPartitionList::new();
+    let mut open = 0;
+    for partition in 0..partitions {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, partition, TIMEOUT)
+            .unwrap();
+        if high > low {
+            assignment
+                .add_partition_offset(topic, partition, Offset::Beginning)
+                .unwrap();
+            open += 1;
+        }
+    }
+    if open == 0 {
+        return counts;
+    }
+    consumer.assign(&assignment).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while open > 0 {
+        assert!(Instant::now() < deadline, "reading {topic} took too long");
+        match consumer.poll(Duration::from_millis(500)) {
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => open -= 1,
+            Some(Err(error)) => panic!("reading {topic}: {error}"),
+            Some(Ok(message)) => {
+                let value: serde_json::Value =
+                    serde_json::from_slice(message.payload().unwrap()).unwrap();
+                counts
+                    .entry(value["key"].as_str().unwrap().to_string())
+                    .or_default()
+                    .push(value["count"].as_u64().unwrap());
+            }
+            None => {}
+        }
+    }
+    counts
+}
+
+/// `Some` once every card's committed output is exactly 1, 2, …, n and the n add up to
+/// `events`; `None` while output is still missing. A count out of order or too many records
+/// fail at once.
+pub fn exact_output(topic: &str, partitions: i32, events: u32) -> Option<()> {
+    let counts = committed_counts(topic, partitions);
+    let total: usize = counts.values().map(Vec::len).sum();
+    for (card, values) in &counts {
+        let want: Vec<u64> = (1..=values.len() as u64).collect();
+        assert_eq!(values, &want, "{card}: output is not exactly 1..n");
+    }
+    assert!(
+        total <= events as usize,
+        "{total} output records for {events} events"
+    );
+    (total == events as usize).then_some(())
+}
