@@ -1,7 +1,9 @@
 //! Whole-pipeline properties every built-in processor must have for exactly-once recovery:
 //! the same input from the same state gives identical output and state; resuming from the
 //! state committed after any prefix (a restart or a promoted standby) continues exactly as an
-//! uninterrupted run; and a bad record never changes state.
+//! uninterrupted run; and a bad record never changes state. The same runs through the real
+//! path (the overlay over RocksDB, committed a transaction at a time, and the changelog those
+//! transactions wrote replayed into a fresh store) end in the state memory ends in.
 
 use proptest::prelude::*;
 
@@ -9,6 +11,9 @@ use super::config::ProcessorConfig;
 use super::pipeline::Pipeline;
 use super::record::ProcessOutput;
 use super::state::MemoryState;
+use crate::store::test_support::{meta, open_empty};
+use crate::store::{ChangeSet, Overlay, RocksStore, StateStore};
+use std::collections::BTreeMap;
 
 /// What one record produced: its output, or the category and reason of its error.
 type Outcome = Result<ProcessOutput, (String, Option<String>)>;
@@ -110,6 +115,87 @@ proptest! {
 
         prop_assert_eq!(got, expected);
         prop_assert_eq!(restored, whole);
+    }
+}
+
+/// A changelog record: key and value (`None`: a tombstone).
+type ChangelogRecord = (Vec<u8>, Option<Vec<u8>>);
+
+/// Runs `inputs` the way the active loop does: each record through an overlay over `store`,
+/// committed every `per_transaction` records. Returns the outcomes and the changelog those
+/// transactions wrote (every change of each transaction, in order).
+fn run_on_rocksdb(
+    p: &Pipeline,
+    inputs: &[Vec<u8>],
+    per_transaction: usize,
+    store: &mut RocksStore,
+) -> (Vec<Outcome>, Vec<ChangelogRecord>) {
+    let mut outcomes = Vec::new();
+    let mut changelog = Vec::new();
+    for (chunk_index, chunk) in inputs.chunks(per_transaction).enumerate() {
+        let mut changes = ChangeSet::new();
+        for (i, raw) in chunk.iter().enumerate() {
+            let offset = (chunk_index * per_transaction + i) as i64;
+            let mut overlay = Overlay::with_changes(&*store, changes);
+            let outcome = p.process(raw, 0, offset, None, &mut overlay).map_err(|e| {
+                (
+                    e.category().to_owned(),
+                    e.as_bad_record().map(|b| b.reason().to_owned()),
+                )
+            });
+            changes = overlay.into_changes();
+            outcomes.push(outcome);
+        }
+        changelog.extend(
+            changes
+                .iter()
+                .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec))),
+        );
+        let next_input = ((chunk_index + 1) * per_transaction).min(inputs.len()) as i64;
+        store
+            .commit(&changes, &meta(0, next_input, changelog.len() as i64))
+            .unwrap();
+    }
+    (outcomes, changelog)
+}
+
+fn every_key(store: &RocksStore) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    store
+        .scan(&[0x01], &[0xff, 0xff])
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn the_overlay_over_rocksdb_and_a_changelog_replay_end_where_memory_ends(
+        config in 0..CONFIGS.len(),
+        inputs in proptest::collection::vec(raw_record(), 1..60),
+        per_transaction in 1usize..12,
+    ) {
+        let mut memory = MemoryState::new();
+        let expected = run(&pipeline(config), &inputs, 0, &mut memory);
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open_empty(&dir.path().join("active"), 0);
+        let (outcomes, changelog) = run_on_rocksdb(&pipeline(config), &inputs, per_transaction, &mut store);
+        prop_assert_eq!(&outcomes, &expected);
+        prop_assert_eq!(&every_key(&store), memory.entries());
+
+        // A restore replays that changelog, in batches, into an empty store.
+        let mut restored = open_empty(&dir.path().join("restored"), 0);
+        for (index, batch) in changelog.chunks(7).enumerate() {
+            let changes: ChangeSet = batch.iter().cloned().collect();
+            let offset = (index * 7 + batch.len()) as i64;
+            restored.restore_batch(&changes, &meta(0, 0, offset)).unwrap();
+        }
+        if !changelog.is_empty() {
+            restored.finish_restore().unwrap();
+        }
+        prop_assert_eq!(&every_key(&restored), memory.entries());
     }
 }
 

@@ -34,7 +34,7 @@ mod overlay_tests;
 mod rocks_tests;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod test_support;
+pub(crate) mod test_support;
 
 pub use api::{CheckpointInfo, OpenOutcome, StateStore, StoreFile};
 pub use changes::ChangeSet;
