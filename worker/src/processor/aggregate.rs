@@ -27,6 +27,7 @@ use super::keys;
 use super::record::{DropReason, InputRecord, OutputRecord, ProcessOutput};
 use super::state::StateAccess;
 use super::stream_time;
+use super::sweep;
 use super::window::{MAX_DURATION_MS, Window, WindowAssigner, WindowError};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,9 +151,7 @@ impl AggregateProcessor {
         })?;
         let time = stream_time::advance(state, t)?;
         let mut out = ProcessOutput::default();
-        if time.moved() {
-            close_windows(state, assigner, grace_ms, time, &mut out.records)?;
-        }
+        close_windows(state, assigner, grace_ms, time, &mut out.records)?;
         let mut updated = 0u32;
         for window in assigner.windows_for(t) {
             if window.end_ms.saturating_add(grace_ms) <= time.current {
@@ -182,11 +181,12 @@ impl AggregateProcessor {
     }
 }
 
-/// Emits the final result of, and deletes, every window with `end + grace <= stream_time`.
+/// Emits the final result of, and deletes, windows with `end + grace <= stream_time`, at most
+/// [`sweep::SWEEP_LIMIT`] per record from where the last sweep stopped (the rest follow with
+/// the next records; a record for a closable window is late whether it was swept or not).
 ///
-/// Windows closable at the previous stream time were closed then, and no window that is
-/// already closable is ever opened (its records are late), so only starts between the two
-/// bounds are scanned.
+/// No window that is already closable is ever opened (its records are late), so a state from
+/// before bounded sweeps starts at the windows closable at the previous stream time.
 fn close_windows(
     state: &mut dyn StateAccess,
     assigner: &WindowAssigner,
@@ -204,7 +204,7 @@ fn close_windows(
         time.previous.map(last_closable_start),
         last_closable_start(time.current),
     );
-    for (state_key, bytes) in state.scan(&from, &to)? {
+    for (state_key, bytes) in sweep::next_due(state, keys::WINDOW_SWEEP, from, to)? {
         let (start, key) = keys::decode_window_key(&state_key)
             .map_err(|e| ProcessError::corrupt(&state_key, e))?;
         let agg = AggState::decode(&bytes).map_err(|e| ProcessError::corrupt(&state_key, e))?;

@@ -26,6 +26,7 @@ use super::keys;
 use super::record::{DropReason, InputRecord, OutputRecord, ProcessOutput};
 use super::state::StateAccess;
 use super::stream_time;
+use super::sweep;
 use super::window::MAX_DURATION_MS;
 
 /// Why a dedup TTL is invalid.
@@ -50,18 +51,19 @@ impl DedupProcessor {
         Ok(Self { ttl_ms: ttl })
     }
 
-    /// Removes every entry whose expiry is at or before the current stream time, and their
-    /// index entries. An index entry whose key was since renewed (its stored expiry differs)
-    /// only loses the stale index entry. Expiries at or before the previous stream time went
-    /// in the previous sweep, and an entry is never stored already expired, so only the
-    /// expiries in between are scanned.
+    /// Removes entries whose expiry is at or before the current stream time, and their index
+    /// entries, at most [`sweep::SWEEP_LIMIT`] per record from where the last sweep stopped
+    /// (the rest follow with the next records). An index entry whose key was since renewed
+    /// (its stored expiry differs) only loses the stale index entry. A state from before
+    /// bounded sweeps starts at the previous stream time: expiries at or before it went in
+    /// the previous sweep, and an entry is never stored already expired.
     fn sweep(
         &self,
         state: &mut dyn StateAccess,
         time: stream_time::Advance,
     ) -> Result<(), ProcessError> {
         let (from, to) = keys::expiring_between(time.previous, time.current);
-        for (index_key, marker) in state.scan(&from, &to)? {
+        for (index_key, marker) in sweep::next_due(state, keys::EXPIRY_SWEEP, from, to)? {
             Marker::decode(&marker).map_err(|e| ProcessError::corrupt(&index_key, e))?;
             let (expiry, key) = keys::decode_expiry_key(&index_key)
                 .map_err(|e| ProcessError::corrupt(&index_key, e))?;
@@ -108,15 +110,12 @@ impl Processor for DedupProcessor {
             processor: self.kind(),
         })?;
         let time = stream_time::advance(state, t)?;
-        if time.moved() {
-            self.sweep(state, time)?;
-        }
+        self.sweep(state, time)?;
         if t.saturating_add(self.ttl_ms) <= time.current {
             return Ok(ProcessOutput::dropped(DropReason::Late));
         }
         let entry_key = keys::dedup_key(&record.key);
-        // After the sweep no entry with expiry <= stream time remains, so this comparison
-        // alone decides; it still checks the expiry itself rather than trusting the sweep.
+        // A bounded sweep may not have reached an expired entry yet: its own expiry decides.
         if let Some(entry) = self.load(state, &entry_key)?
             && t < self.expiry(&entry)
         {
@@ -237,8 +236,8 @@ mod tests {
         for (i, key) in ["a", "b", "c"].iter().enumerate() {
             feed(&mut s, key, i as i64);
         }
-        // Three entries, three index entries, stream time.
-        assert_eq!(s.len(), 7);
+        // Three entries, three index entries, stream time, the sweep's position.
+        assert_eq!(s.len(), 8);
         feed(&mut s, "z", 10_000);
         let live: Vec<&Vec<u8>> = s.entries().keys().collect();
         assert_eq!(
@@ -246,6 +245,7 @@ mod tests {
             vec![
                 &b"dz".to_vec(),
                 &b"mstream_time".to_vec(),
+                &keys::EXPIRY_SWEEP.to_vec(),
                 &keys::expiry_key(11_000, "z")
             ]
         );
@@ -320,7 +320,8 @@ mod tests {
     proptest::proptest! {
         /// Against a model of the documented rule, with TTL edges hit often (times on a
         /// coarse grid of multiples of 250 = TTL / 4): same emit/suppress decision for every
-        /// record, and state holds only live entries (entry + index each, plus stream time).
+        /// record, and state holds only live entries (entry + index each, plus stream time and the
+        /// sweep's position).
         #[test]
         fn matches_the_model_and_stays_bounded(
             events in proptest::collection::vec((0usize..3, 0i64..40), 1..80)
@@ -341,9 +342,43 @@ mod tests {
                 let out = feed(&mut s, key, t);
                 proptest::prop_assert_eq!(emitted(&out), want_emit);
                 proptest::prop_assert_eq!(out.dropped == Some(DropReason::Late), late);
-                proptest::prop_assert_eq!(s.len(), 2 * live.len() + 1);
+                proptest::prop_assert_eq!(s.len(), 2 * live.len() + 2);
             }
         }
+    }
+
+    #[test]
+    fn a_jump_over_many_expiries_is_swept_a_bounded_page_per_record() {
+        use crate::processor::sweep::SWEEP_LIMIT;
+        let mut s = MemoryState::new();
+        let keys_total = SWEEP_LIMIT * 2 + 500;
+        for i in 0..keys_total {
+            feed(&mut s, &format!("k{i:05}"), 0);
+        }
+        let index_entries = |s: &MemoryState| {
+            s.entries()
+                .keys()
+                .filter(|k| k.first() == Some(&keys::EXPIRY))
+                .count()
+        };
+        // Stream time jumps past every expiry: each record removes at most one page.
+        let mut left = Vec::new();
+        for i in 0..4 {
+            feed(&mut s, &format!("late-{i}"), 10_000 + i);
+            left.push(index_entries(&s) - (i as usize + 1));
+        }
+        assert_eq!(left, vec![SWEEP_LIMIT + 500, 500, 0, 0]);
+        // An entry the sweep had not reached yet was already treated as expired on read.
+        let mut lagging = MemoryState::new();
+        for i in 0..keys_total {
+            feed(&mut lagging, &format!("k{i:05}"), 0);
+        }
+        feed(&mut lagging, "jump", 10_000);
+        assert!(emitted(&feed(
+            &mut lagging,
+            &format!("k{:05}", keys_total - 1),
+            9_500
+        )));
     }
 
     #[test]

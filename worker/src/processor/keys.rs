@@ -17,6 +17,8 @@
 //! | `m` | applied restore request  | `m` `applied_restore`                 | request id     |
 //! | `m` | input position           | `m` `input_position`                  | version, offset|
 //! | `m` | processor identity       | `m` `processor`                       | version, config|
+//! | `m` | window sweep position    | `m` `sweep_windows`                   | version, key   |
+//! | `m` | expiry sweep position    | `m` `sweep_expiry`                    | version, key   |
 //! | 0x01| changelog incarnation    | 0x01 `changelog_incarnation`          | id (UTF-8)     |
 
 use super::codec::StateCodecError;
@@ -50,6 +52,12 @@ pub const CHANGELOG_INCARNATION: &[u8] = b"\x01changelog_incarnation";
 
 /// The key holding the processor config that built the state (see `task::identity`).
 pub const PROCESSOR: &[u8] = b"mprocessor";
+
+/// Where the windowed aggregate's bounded sweep of closable windows goes on (`sweep`).
+pub const WINDOW_SWEEP: &[u8] = b"msweep_windows";
+
+/// Where dedup's bounded sweep of expired entries goes on (`sweep`).
+pub const EXPIRY_SWEEP: &[u8] = b"msweep_expiry";
 
 /// The key holding the task's stream time (max event time seen).
 pub const STREAM_TIME: &[u8] = b"mstream_time";

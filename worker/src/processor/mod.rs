@@ -27,6 +27,7 @@ pub mod record;
 pub mod rfc3339;
 pub mod state;
 pub mod stream_time;
+pub mod sweep;
 pub mod window;
 
 #[cfg(test)]

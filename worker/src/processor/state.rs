@@ -58,6 +58,11 @@ pub trait StateAccess {
     /// while handling the results; scans are used for closing windows and expiring entries,
     /// whose results all become writes anyway.
     fn scan(&self, from: &[u8], to: &[u8]) -> Result<Vec<Entry>, StateError>;
+
+    /// The first `limit` entries [`StateAccess::scan`] would return, reading no further: a
+    /// sweep handles a bounded part of a large range per record (fewer than `limit` entries
+    /// means the range is done).
+    fn scan_limited(&self, from: &[u8], to: &[u8], limit: usize) -> Result<Vec<Entry>, StateError>;
 }
 
 /// State in a `BTreeMap`: the reference implementation of [`StateAccess`].
@@ -111,6 +116,18 @@ impl StateAccess for MemoryState {
         Ok(self
             .entries
             .range(from.to_vec()..to.to_vec())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    fn scan_limited(&self, from: &[u8], to: &[u8], limit: usize) -> Result<Vec<Entry>, StateError> {
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .entries
+            .range(from.to_vec()..to.to_vec())
+            .take(limit)
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
     }

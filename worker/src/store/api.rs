@@ -71,6 +71,9 @@ pub trait StateStore: Send + Sync {
     /// Every committed entry with `from <= key < to`, in ascending key order.
     fn scan(&self, from: &[u8], to: &[u8]) -> Result<Vec<Entry>, StoreError>;
 
+    /// The first `limit` entries of [`StateStore::scan`], read no further than that.
+    fn scan_limited(&self, from: &[u8], to: &[u8], limit: usize) -> Result<Vec<Entry>, StoreError>;
+
     /// Applies a committed Kafka transaction's `changes` together with `metadata`, atomically
     /// and durably against a process crash. Refused while a restore is unfinished.
     fn commit(&mut self, changes: &ChangeSet, metadata: &TaskMetadata) -> Result<(), StoreError>;

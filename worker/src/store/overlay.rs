@@ -138,6 +138,33 @@ impl StateAccess for Overlay<'_> {
             .map_err(|e| StateError::backend("scan", e))?;
         Ok(merge(base, self.changes.range(from, to)))
     }
+
+    fn scan_limited(&self, from: &[u8], to: &[u8], limit: usize) -> Result<Vec<Entry>, StateError> {
+        // Pages of the base merged with the changes up to the page's last key; deletions in
+        // the overlay can hide base entries, so another page is read until `limit` live
+        // entries are found or the base is exhausted ("fewer than `limit`" means done).
+        let mut out: Vec<Entry> = Vec::new();
+        let mut start = from.to_vec();
+        while out.len() < limit && start.as_slice() < to {
+            let want = limit - out.len();
+            let base = self
+                .base
+                .scan_limited(&start, to, want)
+                .map_err(|e| StateError::backend("scan", e))?;
+            let exhausted = base.len() < want;
+            let upto = match base.last() {
+                Some((last, _)) if !exhausted => [last.as_slice(), &[0]].concat(),
+                _ => to.to_vec(),
+            };
+            out.extend(merge(base, self.changes.range(&start, &upto)));
+            if exhausted {
+                break;
+            }
+            start = upto;
+        }
+        out.truncate(limit);
+        Ok(out)
+    }
 }
 
 /// Merges committed entries with overlay changes, both in ascending key order: an overlay

@@ -234,3 +234,41 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_limited_scan_reads_past_deletions_and_counts_only_live_entries() {
+    let dir = tempdir().unwrap();
+    let mut store = open_empty(dir.path(), 0);
+    let base: Vec<(String, Option<&str>)> = (0..10).map(|i| (format!("c{i}"), Some("1"))).collect();
+    let base: Vec<(&str, Option<&str>)> = base.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    store.commit(&changes(&base), &meta(0, 1, 1)).unwrap();
+    let mut overlay = Overlay::new(&store);
+    for i in 0..5 {
+        overlay.delete(format!("c{i}").as_bytes()).unwrap();
+    }
+    overlay.put(b"c55", bytes("2")).unwrap();
+    let keys = |limit| -> Vec<Vec<u8>> {
+        overlay
+            .scan_limited(b"c", b"d", limit)
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect()
+    };
+    // The first page of the base is all deleted: the scan reads on instead of stopping.
+    assert_eq!(keys(3), vec![bytes("c5"), bytes("c55"), bytes("c6")]);
+    assert_eq!(
+        keys(100).len(),
+        6,
+        "fewer than the limit: the range is done"
+    );
+    assert_eq!(
+        keys(100),
+        overlay
+            .scan(b"c", b"d")
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect::<Vec<_>>()
+    );
+}

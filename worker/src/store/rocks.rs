@@ -298,15 +298,20 @@ impl StateStore for RocksStore {
     }
 
     fn scan(&self, from: &[u8], to: &[u8]) -> Result<Vec<Entry>, StoreError> {
+        self.scan_limited(from, to, usize::MAX)
+    }
+
+    fn scan_limited(&self, from: &[u8], to: &[u8], limit: usize) -> Result<Vec<Entry>, StoreError> {
         // The reserved range (metadata) is never part of a scan.
         let from = from.max(FIRST_STATE_KEY);
-        if from >= to {
+        if from >= to || limit == 0 {
             return Ok(Vec::new());
         }
         let db = self.db("scan")?;
         let mut opts = ReadOptions::default();
         opts.set_iterate_upper_bound(to.to_vec());
         db.iterator_opt(IteratorMode::From(from, Direction::Forward), opts)
+            .take(limit)
             .map(|item| {
                 item.map(|(k, v)| (k.into_vec(), v.into_vec()))
                     .map_err(|e| self.engine("scan", e))
