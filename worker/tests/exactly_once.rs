@@ -111,10 +111,10 @@ async fn graceful_restart_replays_nothing() {
     job.wait_until_caught_up(&mut worker, Duration::from_secs(120));
     worker.terminate(Duration::from_secs(30));
     let log = worker.log();
-    let finished = finished_restores(&log);
     assert_eq!(
-        finished, PARTITIONS as usize,
-        "one finished restore per task:\n{log}"
+        restored_tasks(&log),
+        all_tasks(PARTITIONS),
+        "a finished restore for every task:\n{log}"
     );
     assert_eq!(
         replayed_records(&log),
@@ -151,9 +151,15 @@ async fn corrupt_local_state_is_rebuilt_from_the_changelog() {
     let mut worker = job.start(None);
     job.wait_until_caught_up(&mut worker, Duration::from_secs(120));
     // Committed offsets were already at the end, so wait for every task's restore itself.
-    support::checkpoints::wait_for("every task restored", Duration::from_secs(120), || {
-        finished_restores(&worker.log()) == PARTITIONS as usize
-    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while restored_tasks(&worker.log()) != all_tasks(PARTITIONS) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "every task restored: not within 120s; log:\n{}",
+            worker.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
     worker.terminate(Duration::from_secs(30));
     let log = worker.log();
     assert!(

@@ -630,11 +630,19 @@ pub fn aggregate_processor() -> ProcessorConfig {
     }
 }
 
-/// How many task restores a run finished, from the worker's log (one line per task).
-pub fn finished_restores(log: &str) -> usize {
+/// The tasks whose restore a run finished, from the worker's "restore finished" log lines (a
+/// task retried after a transient error logs its restore again).
+pub fn restored_tasks(log: &str) -> std::collections::BTreeSet<u32> {
     log.lines()
-        .filter(|l| l.contains("restore finished"))
-        .count()
+        .filter_map(|l| l.split_once("restore finished").map(|(_, fields)| fields))
+        .filter_map(|fields| fields.split("task=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+/// Every task of a job with `partitions` tasks.
+pub fn all_tasks(partitions: i32) -> std::collections::BTreeSet<u32> {
+    (0..partitions as u32).collect()
 }
 
 /// Number of changelog records a run replayed, from the worker's restore log lines.
