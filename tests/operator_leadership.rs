@@ -9,10 +9,9 @@ mod operator_support;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use operator_support::process::{KillOnDrop, Operator, holder, wait_for};
+use operator_support::process::{Operator, holder, wait_for};
 use operator_support::{support, *};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 use streamkeeper::api::StatefulStreamJob;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -319,33 +318,12 @@ async fn a_leader_cut_off_from_the_apiserver_stops_within_the_renew_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let relay = Blackhole::start(apiserver_address()).await;
     let kubeconfig = kubeconfig_via(&relay.address, dir.path());
-    let log = dir.path().join("cut-off.log");
-    let file = std::fs::File::create(&log).unwrap();
-    let mut child = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_streamkeeper-operator"))
-            .args([
-                "run",
-                "--namespace",
-                &namespace,
-                "--identity",
-                "operator-cut-off",
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-                "--lease-duration-seconds",
-                "6",
-                "--renew-deadline-seconds",
-                "4",
-                "--retry-period-seconds",
-                "1",
-            ])
-            .env("KUBECONFIG", &kubeconfig)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::from(file.try_clone().unwrap()))
-            .stderr(Stdio::from(file))
-            .spawn()
-            .unwrap(),
+    let mut operator = Operator::start_with_env(
+        &namespace,
+        "operator-cut-off",
+        dir.path(),
+        &[],
+        &[("KUBECONFIG", kubeconfig.as_path())],
     );
     wait_for("the operator to lead", TIMEOUT, async || {
         (holder(&leases).await.as_deref() == Some("operator-cut-off")).then_some(())
@@ -369,11 +347,11 @@ async fn a_leader_cut_off_from_the_apiserver_stops_within_the_renew_deadline() {
     let status = wait_for(
         "the cut-off leader to exit",
         Duration::from_secs(30),
-        async || child.0.try_wait().unwrap(),
+        async || operator.child.try_wait().unwrap(),
     )
     .await;
     let stopped = cut.elapsed();
-    let output = std::fs::read_to_string(&log).unwrap_or_default();
+    let output = operator.log();
     eprintln!("cut-off leader exited {stopped:?} after the cut ({status:?})");
     // The renew deadline, 4 s from the start of the last renewal (before the cut), plus the
     // polling of this test and a loaded machine.
@@ -383,7 +361,7 @@ async fn a_leader_cut_off_from_the_apiserver_stops_within_the_renew_deadline() {
     );
     assert!(!status.success());
     assert!(output.contains("lost the leader Lease"), "{output}");
-    drop(child);
+    drop(operator);
     delete_namespace(&client, &namespace).await;
 }
 

@@ -19,6 +19,17 @@ impl Operator {
     }
 
     pub fn start_with(namespace: &str, identity: &str, dir: &Path, extra: &[&str]) -> Self {
+        Self::start_with_env(namespace, identity, dir, extra, &[])
+    }
+
+    /// [`Operator::start_with`] with extra environment (e.g. another `KUBECONFIG`).
+    pub fn start_with_env(
+        namespace: &str,
+        identity: &str,
+        dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &Path)],
+    ) -> Self {
         let log = dir.join(format!("{identity}.log"));
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_streamkeeper-operator"))
@@ -40,6 +51,7 @@ impl Operator {
                 "1",
             ])
             .args(extra)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdout(Stdio::from(file.try_clone().unwrap()))
             .stderr(Stdio::from(file))

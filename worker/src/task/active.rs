@@ -150,6 +150,8 @@ impl<'a> ActiveLoop<'a> {
                 })
                 .inc();
             tracing::warn!(task = self.task, committed = ?committed, state_position, resume_at = resume.offset, how = disagreement.as_str(), "Kafka's committed input offset disagrees with the state's position; the state is the truth, committing its position again");
+        }
+        if resume.commit_again() {
             self.commit_changes(store, ChangeSet::new(), Some(resume.offset))?;
         }
         let changelog_offset = store.metadata().map_or(0, |m| m.next_changelog_offset);

@@ -88,10 +88,18 @@ impl Disagreement {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resume {
     pub offset: i64,
-    /// Set when Kafka's committed offset must be written again to match the state.
+    /// How Kafka's committed offset disagreed with the state, if it did.
     pub disagreement: Option<Disagreement>,
     /// Records the job never processed because retention deleted them first.
     pub gap: Option<InputGap>,
+}
+
+impl Resume {
+    /// Whether Kafka must be given the resume offset before consuming: it disagreed, or a gap
+    /// moved the position past what it holds.
+    pub fn commit_again(&self) -> bool {
+        self.disagreement.is_some() || self.gap.is_some()
+    }
 }
 
 /// The decision of [`decide`].
@@ -143,8 +151,6 @@ pub fn decide(task: u32, facts: InputFacts) -> InputStart {
     } else {
         (state_position, None)
     };
-    // After a gap Kafka must hold the new position too, so it is committed again either way.
-    let disagreement = disagreement.or(gap.map(|_| Disagreement::Ahead));
     InputStart::Resume(Resume {
         offset,
         disagreement,
@@ -195,6 +201,7 @@ mod tests {
         assert_eq!(decision.offset, 500);
         assert_eq!(decision.gap, None);
         assert_eq!(decision.disagreement, None);
+        assert!(!decision.commit_again());
     }
 
     #[test]
@@ -258,10 +265,8 @@ mod tests {
                 to_offset: 3_000
             })
         );
-        assert!(
-            decision.disagreement.is_some(),
-            "Kafka gets the new position"
-        );
+        assert_eq!(decision.disagreement, None, "Kafka agreed with the state");
+        assert!(decision.commit_again(), "Kafka gets the new position");
     }
 
     #[test]

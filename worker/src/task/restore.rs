@@ -398,6 +398,8 @@ pub(super) struct ChangelogProbe<'a> {
     /// The partition's offsets `[low, high)` at discovery.
     pub(super) low: i64,
     pub(super) high: i64,
+    /// The topic's incarnation, read once: both the local-state and the checkpoint step ask.
+    known_incarnation: std::cell::OnceCell<Option<String>>,
 }
 
 impl<'a> ChangelogProbe<'a> {
@@ -414,18 +416,24 @@ impl<'a> ChangelogProbe<'a> {
             partition,
             low,
             high,
+            known_incarnation: std::cell::OnceCell::new(),
         }
     }
 
     /// The incarnation the changelog's first record names (see `incarnation`).
     pub(super) fn incarnation(&self) -> Result<Option<String>, TaskError> {
-        if self.low >= self.high {
-            return Ok(None);
+        if let Some(known) = self.known_incarnation.get() {
+            return Ok(known.clone());
         }
-        let first = self.first_record_from(self.low)?;
-        Ok(first.and_then(|(_, key, value)| {
-            super::incarnation::of_first_record(&key, value.as_deref())
-        }))
+        let read = if self.low >= self.high {
+            None
+        } else {
+            self.first_record_from(self.low)?
+                .and_then(|(_, key, value)| {
+                    super::incarnation::of_first_record(&key, value.as_deref())
+                })
+        };
+        Ok(self.known_incarnation.get_or_init(|| read).clone())
     }
 
     /// True when only control records (transaction markers) and aborted records lie between
