@@ -7,7 +7,8 @@
 //! job is the same either way except the first pass's topic creation.
 
 use crate::api::StatefulStreamJob;
-use crate::controller::reconcile::{Context, FINALIZER, Settings, reconcile};
+use crate::controller::reconcile::{FINALIZER, reconcile};
+use crate::controller::{Context, Settings};
 use crate::metrics::Metrics;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DeleteParams, PostParams};

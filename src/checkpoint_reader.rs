@@ -5,8 +5,7 @@
 //! Keys come from the contract's [`TaskPrefix`], manifests are parsed with the contract's
 //! [`CheckpointManifest`], so the two sides cannot disagree about the layout.
 
-use crate::controller::conditions::reasons;
-use crate::controller::validate::CheckpointSettings;
+use crate::vocabulary::reasons;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
@@ -41,6 +40,16 @@ pub struct S3AccessKeys {
     pub secret_access_key: String,
 }
 
+/// Where a job's checkpoints are: the bucket, the key prefix and how to reach the S3 server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Location {
+    pub bucket: String,
+    pub prefix: String,
+    pub endpoint: Option<String>,
+    pub region: String,
+    pub path_style: bool,
+}
+
 /// The checkpoints of one job.
 pub struct CheckpointReader {
     client: Client,
@@ -52,14 +61,14 @@ pub struct CheckpointReader {
 
 impl CheckpointReader {
     pub async fn new(
-        settings: &CheckpointSettings,
+        settings: S3Location,
         keys: Option<S3AccessKeys>,
         namespace: &str,
         job: &str,
     ) -> Self {
         let mut config = aws_sdk_s3::Config::builder()
             .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(settings.region.clone()))
+            .region(Region::new(settings.region))
             .force_path_style(settings.path_style);
         if let Some(endpoint) = &settings.endpoint {
             config = config.endpoint_url(endpoint);
@@ -82,8 +91,8 @@ impl CheckpointReader {
         };
         Self {
             client: Client::from_conf(config.build()),
-            bucket: settings.bucket.clone(),
-            prefix: settings.prefix.clone(),
+            bucket: settings.bucket,
+            prefix: settings.prefix,
             namespace: namespace.to_string(),
             job: job.to_string(),
         }

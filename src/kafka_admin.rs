@@ -5,10 +5,9 @@
 //! [`crate::retention`]. librdkafka's metadata and watermark calls block, so they run on the
 //! blocking pool with a timeout and never stall the reconcile runtime.
 
-use crate::controller::DesiredTopic;
-use crate::controller::conditions::reasons;
 use crate::kafka_security::KafkaClientSecurity;
 use crate::leadership::{Leadership, NotLeading};
+use crate::vocabulary::reasons;
 use rdkafka::admin::{
     AdminClient, AdminOptions, ConfigEntry, NewTopic, ResourceSpecifier, TopicReplication,
 };
@@ -20,6 +19,17 @@ use rdkafka::types::RDKafkaErrorCode;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// A topic to create (or whose config to keep as listed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredTopic {
+    pub name: String,
+    pub partitions: i32,
+    /// `None`: the broker's `default.replication.factor`.
+    pub replication_factor: Option<i32>,
+    /// Topic configs the operator owns; others are left as the broker or a user set them.
+    pub config: BTreeMap<String, String>,
+}
 
 /// How long one admin request may take before the broker counts as unreachable.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);

@@ -13,4 +13,5 @@ pub mod leader;
 pub mod leadership;
 pub mod metrics;
 pub mod retention;
+pub mod vocabulary;
 pub mod worker_client;

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
-use streamkeeper::controller::reconcile::{Context, Settings};
+use streamkeeper::controller::{Context, Settings};
 use streamkeeper::leader::{LeaderElector, LeaseSettings, Lost};
 use streamkeeper::leadership::{Leadership, leader_only_client};
 use streamkeeper::metrics::Metrics;
@@ -245,7 +245,7 @@ async fn bench(args: BenchArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .is_none()
     {
-        let topic = streamkeeper::controller::DesiredTopic {
+        let topic = streamkeeper::kafka_admin::DesiredTopic {
             name: args.input_topic.clone(),
             partitions: 3,
             replication_factor: None,

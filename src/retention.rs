@@ -33,7 +33,7 @@
 use std::time::Duration;
 use streamkeeper_contract::format_go_duration;
 
-use crate::controller::conditions::reasons;
+use crate::vocabulary::reasons;
 
 /// Checkpoint interval must be at most retention / this.
 pub const INTERVAL_RETENTION_DIVISOR: u32 = 4;

@@ -660,7 +660,7 @@ async fn s3_keys(prefix: &str) -> Vec<String> {
 }
 
 async fn delete_and_reconcile(
-    ctx: &std::sync::Arc<streamkeeper::controller::reconcile::Context>,
+    ctx: &std::sync::Arc<streamkeeper::controller::Context>,
     jobs: &Api<StatefulStreamJob>,
     name: &str,
 ) {

@@ -9,8 +9,9 @@
 use crate::api::StatefulStreamJob;
 use crate::api::status::CreatedTopic;
 use crate::controller::DesiredResources;
-use crate::controller::build::{DesiredTopic, DesiredTopics};
+use crate::controller::build::DesiredTopics;
 use crate::controller::names;
+use crate::kafka_admin::DesiredTopic;
 use crate::kafka_admin::{Creation, KafkaAdmin, KafkaAdminError};
 use crate::retention::{self, RetentionViolation};
 use k8s_openapi::NamespaceResourceScope;

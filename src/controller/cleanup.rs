@@ -12,11 +12,11 @@ use crate::api::StatefulStreamJob;
 use crate::checkpoint_reader::CheckpointReader;
 use crate::controller::ValidatedJob;
 use crate::controller::apply::ApiError;
-use crate::controller::conditions::reasons;
+use crate::controller::events::publish;
 use crate::controller::observe::s3_access_keys;
-use crate::controller::operations::publish;
-use crate::controller::reconcile::{Context, ReconcileError};
+use crate::controller::{Context, ReconcileError};
 use crate::controller::{labels, names};
+use crate::vocabulary::reasons;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -190,12 +190,13 @@ pub async fn delete_external_state(
         .map(String::as_str)
         .collect();
     if !delete.is_empty() {
-        let kafka = crate::controller::reconcile::kafka_for_job(ctx, job).await?;
+        let kafka = crate::controller::facts::kafka_for_job(ctx, job).await?;
         let topics: Vec<&str> = delete.iter().map(String::as_str).collect();
         kafka.delete(&topics).await?;
     }
     let keys = s3_access_keys(ctx, job).await?;
-    let reader = CheckpointReader::new(&job.checkpoint, keys, &job.namespace, &job.name).await;
+    let reader =
+        CheckpointReader::new(job.checkpoint.location(), keys, &job.namespace, &job.name).await;
     ctx.leadership.check()?;
     let objects = reader.delete_all().await?;
     let mut note = format!(

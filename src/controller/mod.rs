@@ -20,6 +20,11 @@ pub mod build;
 pub mod cadence;
 pub mod cleanup;
 pub mod conditions;
+pub mod context;
+pub mod error;
+pub mod events;
+pub mod facts;
+pub mod judge;
 pub mod labels;
 pub mod names;
 pub mod observe;
@@ -34,5 +39,7 @@ pub mod validate;
 #[cfg(test)]
 pub(crate) mod fixtures;
 
-pub use build::{DesiredResources, DesiredTopic, DesiredTopics, Facts, build};
+pub use build::{DesiredResources, DesiredTopics, Facts, build};
+pub use context::{Context, Settings};
+pub use error::ReconcileError;
 pub use validate::{InvalidSpec, ValidatedJob, validate};

@@ -6,12 +6,13 @@
 use crate::api::{TaskCheckpoint, TaskStatus};
 use crate::checkpoint_reader::{CheckpointReader, S3AccessKeys};
 use crate::controller::ValidatedJob;
-use crate::controller::conditions::{ConditionStatus, ConditionUpdate, reasons, types};
-use crate::controller::reconcile::{Context, ReconcileError};
+use crate::controller::conditions::{ConditionStatus, ConditionUpdate};
 use crate::controller::status::condition;
+use crate::controller::{Context, ReconcileError};
 use crate::controller::{names, operations};
 use crate::kafka_admin::KafkaAdmin;
 use crate::retention;
+use crate::vocabulary::{reasons, types};
 use crate::worker_client;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -106,7 +107,8 @@ pub async fn checkpoints(
     max_safe_age: Option<Duration>,
 ) -> Result<CheckpointObservation, ReconcileError> {
     let keys = s3_access_keys(ctx, job).await?;
-    let reader = CheckpointReader::new(&job.checkpoint, keys, &job.namespace, &job.name).await;
+    let reader =
+        CheckpointReader::new(job.checkpoint.location(), keys, &job.namespace, &job.name).await;
     let task_count = u32::try_from(partitions).unwrap_or(0);
     let mut newest = Vec::new();
     for task in 0..task_count {

@@ -1,48 +1,22 @@
-//! Operations beyond applying objects: the final checkpoint before suspend, replacing worker
-//! pods whose template is outdated (the StatefulSet uses `OnDelete`), and publishing Events.
+//! Operations beyond applying objects: the final checkpoint before suspend and replacing worker
+//! pods whose template is outdated (the StatefulSet uses `OnDelete`).
 //! The clean-up of `deletionPolicy: Delete` is in [`crate::controller::cleanup`].
 
-use crate::api::StatefulStreamJob;
 use crate::controller::ValidatedJob;
 use crate::controller::apply::ApiError;
-use crate::controller::conditions::reasons;
+use crate::controller::events::{job_reference, publish};
 use crate::controller::labels;
 use crate::controller::names;
-use crate::controller::reconcile::{Context, ReconcileError};
+use crate::controller::{Context, ReconcileError};
+use crate::vocabulary::reasons;
 use crate::worker_client;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
-use kube::runtime::events::{Event, EventType};
-use kube::{Resource, ResourceExt};
 
 /// The label the StatefulSet controller puts on each pod: the revision it was created from.
 const REVISION_LABEL: &str = "controller-revision-hash";
-
-/// Publishes an Event about `job`; a failure is logged, never fails the reconcile.
-pub async fn publish(
-    ctx: &Context,
-    job: &StatefulStreamJob,
-    warning: bool,
-    reason: &str,
-    note: String,
-) {
-    let event = Event {
-        type_: if warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: reason.to_string(),
-        // The Events API caps the note at 1 kB.
-        note: Some(note.chars().take(1000).collect()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(error) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
-        tracing::warn!(job = %job.name_any(), %error, "could not publish an Event");
-    }
-}
 
 /// What the suspend step reports in the `Suspended` condition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,11 +108,6 @@ pub async fn final_checkpoint_before_suspend(
     )
     .await;
     Ok(Some(note))
-}
-
-async fn job_reference(ctx: &Context, job: &ValidatedJob) -> Option<StatefulStreamJob> {
-    let jobs: Api<StatefulStreamJob> = Api::namespaced(ctx.client.clone(), &job.namespace);
-    jobs.get_opt(&job.name).await.ok().flatten()
 }
 
 pub(crate) async fn job_pods(ctx: &Context, job: &ValidatedJob) -> Result<Vec<Pod>, ApiError> {

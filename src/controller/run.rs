@@ -7,8 +7,9 @@
 //! comes from the requeue intervals and from the owned objects' changes instead.
 
 use crate::api::StatefulStreamJob;
+use crate::controller::Context;
 use crate::controller::labels;
-use crate::controller::reconcile::{Context, error_policy, reconcile};
+use crate::controller::reconcile::{error_policy, reconcile};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};

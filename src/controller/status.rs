@@ -5,7 +5,8 @@
 //! vanishing, and the condition that could not be checked says `Unknown` with the reason.
 
 use crate::api::{JobPhase, RetentionStatus, StatefulStreamJobStatus, TaskStatus};
-use crate::controller::conditions::{self, ConditionStatus, ConditionUpdate, types};
+use crate::controller::conditions::{self, ConditionStatus, ConditionUpdate};
+use crate::vocabulary::types;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 /// What one reconcile found out.
@@ -172,7 +173,7 @@ pub fn condition(
 mod tests {
     use super::*;
     use crate::api::TaskCheckpoint;
-    use crate::controller::conditions::reasons;
+    use crate::vocabulary::reasons;
     use k8s_openapi::jiff::Timestamp;
 
     fn at(seconds: i64) -> Time {

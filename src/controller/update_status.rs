@@ -2,9 +2,9 @@
 //! only when it changed, and publish an Event for each watched condition that changed.
 
 use crate::api::StatefulStreamJob;
+use crate::controller::Context;
 use crate::controller::apply::ApiError;
-use crate::controller::operations::publish;
-use crate::controller::reconcile::Context;
+use crate::controller::events::publish;
 use crate::controller::status::{Observation, next_status, transition_events};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;

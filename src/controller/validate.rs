@@ -17,7 +17,8 @@ use crate::api::{
     DeletionPolicy, KafkaSaslSpec, KafkaTlsSpec, PodOverrides, PullPolicy, RestoreSource,
     S3CredentialsSecret, StatefulStreamJob,
 };
-use crate::controller::conditions::reasons;
+use crate::checkpoint_reader::S3Location;
+use crate::vocabulary::reasons;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -117,6 +118,19 @@ pub struct CheckpointSettings {
     pub region: String,
     pub path_style: bool,
     pub credentials: Option<S3CredentialsSecret>,
+}
+
+impl CheckpointSettings {
+    /// Where the checkpoints are, as the S3 reader takes it.
+    pub fn location(&self) -> S3Location {
+        S3Location {
+            bucket: self.bucket.clone(),
+            prefix: self.prefix.clone(),
+            endpoint: self.endpoint.clone(),
+            region: self.region.clone(),
+            path_style: self.path_style,
+        }
+    }
 }
 
 /// A restore on request.

@@ -21,7 +21,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use streamkeeper::api::StatefulStreamJob;
-use streamkeeper::controller::reconcile::{Context, ReconcileError, Settings, reconcile};
+use streamkeeper::controller::reconcile::reconcile;
+use streamkeeper::controller::{Context, ReconcileError, Settings};
 use streamkeeper::metrics::Metrics;
 
 pub const TIMEOUT: Duration = Duration::from_secs(30);

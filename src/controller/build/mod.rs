@@ -15,7 +15,7 @@ pub mod stateful_set;
 pub mod topics;
 pub mod worker_config;
 
-pub use topics::{DesiredTopic, DesiredTopics};
+pub use topics::DesiredTopics;
 
 use crate::controller::labels;
 use crate::controller::validate::ValidatedJob;

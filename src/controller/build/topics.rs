@@ -4,19 +4,9 @@
 
 use crate::controller::build::Facts;
 use crate::controller::validate::ValidatedJob;
+use crate::kafka_admin::DesiredTopic;
 use crate::retention;
 use std::collections::BTreeMap;
-
-/// A topic to create (or whose config to keep as listed).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DesiredTopic {
-    pub name: String,
-    pub partitions: i32,
-    /// `None`: the broker's `default.replication.factor`.
-    pub replication_factor: Option<i32>,
-    /// Topic configs the operator owns; others are left as the broker or a user set them.
-    pub config: BTreeMap<String, String>,
-}
 
 /// Both topics of a job, named so `apply` handles each explicitly.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,85 @@
+//! What every reconcile shares: the clients, the Event recorder, the metrics, the leadership
+//! guard and the per-job failure counts that set the backoff.
+
+use crate::kafka_admin::KafkaAdmins;
+use crate::leadership::Leadership;
+use crate::metrics::Metrics;
+use kube::Client;
+use kube::runtime::events::Recorder;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Settings of the reconcile that are not part of any job.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long a worker may take to answer `POST /v1/checkpoints` before suspend goes on.
+    pub final_checkpoint_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            final_checkpoint_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What every reconcile shares: clients, the Event recorder, metrics, per-job failure counts.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub kafka: KafkaAdmins,
+    pub metrics: Arc<Metrics>,
+    pub settings: Settings,
+    /// Checked before every write that does not go through `client` (Kafka, S3, workers); the
+    /// binary's `client` checks it itself on each request.
+    pub leadership: Leadership,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+        settings: Settings,
+    ) -> Self {
+        Self {
+            client,
+            recorder,
+            kafka: KafkaAdmins::default(),
+            metrics,
+            settings,
+            leadership: Leadership::unconditional(),
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Writes to Kafka, S3 and the workers only while `leadership` allows them (the default
+    /// allows them always, for code that runs without an election).
+    pub fn with_leadership(mut self, leadership: Leadership) -> Self {
+        self.kafka = KafkaAdmins::new(leadership.clone());
+        self.leadership = leadership;
+        self
+    }
+
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Counts a failure of `key` and returns the requeue delay: 2 s doubling up to 5 min.
+    pub fn backoff(&self, key: &str) -> Duration {
+        let mut failures = self.failures();
+        let count = failures.entry(key.to_string()).or_insert(0);
+        *count = count.saturating_add(1);
+        let exponent = (*count - 1).min(8);
+        Duration::from_secs(2u64 << exponent).min(Duration::from_secs(300))
+    }
+
+    pub(crate) fn succeeded(&self, key: &str) {
+        self.failures().remove(key);
+    }
+}

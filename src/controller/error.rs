@@ -1,0 +1,70 @@
+//! A reconcile that failed, typed by where it failed; `category()` is the word the status, the
+//! Events and the metrics use for it.
+
+use crate::checkpoint_reader::CheckpointReadError;
+use crate::controller::apply::{ApiError, ApplyError};
+use crate::kafka_admin::KafkaAdminError;
+use crate::kafka_security::KafkaSecretError;
+use crate::leadership::NotLeading;
+use crate::vocabulary::reasons;
+use kube::runtime::finalizer;
+
+/// A reconcile that failed; the controller requeues it with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Api(Box<ApiError>),
+    #[error(transparent)]
+    Kafka(#[from] KafkaAdminError),
+    #[error(transparent)]
+    Checkpoints(#[from] CheckpointReadError),
+    #[error(transparent)]
+    KafkaCredentials(#[from] KafkaSecretError),
+    #[error("S3 credentials Secret {namespace}/{name}: {reason}")]
+    S3Credentials {
+        namespace: String,
+        name: String,
+        reason: String,
+    },
+    #[error("StatefulStreamJob {0} has no namespace")]
+    NoNamespace(String),
+    #[error(transparent)]
+    Finalizer(Box<finalizer::Error<ReconcileError>>),
+    #[error(transparent)]
+    NotLeading(#[from] NotLeading),
+}
+
+impl ReconcileError {
+    /// Stable label for metrics and Events (the condition reasons' words).
+    pub fn category(&self) -> &'static str {
+        match self {
+            ReconcileError::Api(_) | ReconcileError::NoNamespace(_) => reasons::API_ERROR,
+            ReconcileError::Kafka(error) => error.category(),
+            ReconcileError::Checkpoints(error) => error.category(),
+            ReconcileError::S3Credentials { .. } => reasons::S3_UNAVAILABLE,
+            ReconcileError::KafkaCredentials(_) => reasons::KAFKA_CREDENTIALS,
+            ReconcileError::NotLeading(_) => reasons::NOT_LEADING,
+            ReconcileError::Finalizer(error) => match error.as_ref() {
+                finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => {
+                    inner.category()
+                }
+                _ => reasons::API_ERROR,
+            },
+        }
+    }
+}
+
+impl From<ApiError> for ReconcileError {
+    fn from(error: ApiError) -> Self {
+        ReconcileError::Api(Box::new(error))
+    }
+}
+
+impl From<ApplyError> for ReconcileError {
+    fn from(error: ApplyError) -> Self {
+        match error {
+            ApplyError::Api(error) => error.into(),
+            ApplyError::Kafka(error) => ReconcileError::Kafka(error),
+        }
+    }
+}

@@ -1,0 +1,39 @@
+//! Events about a job: what `kubectl describe ssj` and `kubectl get events` show. Publishing is
+//! best effort: a failure is logged and never fails the reconcile.
+
+use crate::api::StatefulStreamJob;
+use crate::controller::{Context, ValidatedJob};
+use kube::api::Api;
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+
+/// Publishes an Event about `job`; a failure is logged, never fails the reconcile.
+pub async fn publish(
+    ctx: &Context,
+    job: &StatefulStreamJob,
+    warning: bool,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.to_string(),
+        // The Events API caps the note at 1 kB.
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
+        tracing::warn!(job = %job.name_any(), %error, "could not publish an Event");
+    }
+}
+
+/// The job object an Event about `job` refers to; `None` when it is gone.
+pub(crate) async fn job_reference(ctx: &Context, job: &ValidatedJob) -> Option<StatefulStreamJob> {
+    let jobs: Api<StatefulStreamJob> = Api::namespaced(ctx.client.clone(), &job.namespace);
+    jobs.get_opt(&job.name).await.ok().flatten()
+}
