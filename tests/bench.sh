@@ -3,7 +3,7 @@
 # writes bench-results/<name>.json.
 #
 #   tests/bench.sh            every bench
-#   tests/bench.sh worker     one of: worker, checkpoint_restore, checkpoint_overhead
+#   tests/bench.sh worker     one of: worker, checkpoint_restore, checkpoint_overhead, assignment
 #
 # Services this script starts are stopped when it ends; services already running are left alone.
 source "$(dirname "$0")/services/lib.sh"
@@ -13,8 +13,8 @@ services=tests/services
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$SK_CACHE/cargo-target}"
 
 benches=("$@")
-(( ${#benches[@]} )) || benches=(worker checkpoint_restore checkpoint_overhead)
-declare -A needs=([worker]="kafka" [checkpoint_restore]="s3" [checkpoint_overhead]="kafka s3")
+(( ${#benches[@]} )) || benches=(worker checkpoint_restore checkpoint_overhead assignment)
+declare -A needs=([worker]="kafka" [checkpoint_restore]="s3" [checkpoint_overhead]="kafka s3" [assignment]="")
 declare -A ports=([kafka]=19092 [s3]=18333)
 
 started=()
@@ -40,6 +40,12 @@ for service in "${wanted[@]}"; do
 done
 
 for bench in "${benches[@]}"; do
+  if [[ $bench == assignment ]]; then
+    # Pure CPU in the contract crate: its release build takes seconds, not the workspace's.
+    log "== bench $bench ($(date +%T))"
+    cargo bench --locked -p streamkeeper-contract --bench assignment
+    continue
+  fi
   log "== bench $bench ($(date +%T)); release build, cold: ~20-30 min"
   cargo bench --workspace --locked --bench "$bench"
 done

@@ -10,6 +10,7 @@
 //! Every format carries a `version` field; readers refuse versions they do not know instead of
 //! guessing, and each format has a round-trip test.
 
+pub mod assign;
 pub mod assignment;
 pub mod checkpoint_layout;
 pub mod duration;
@@ -20,6 +21,7 @@ pub mod task_report;
 pub mod version;
 pub mod worker_config;
 
+pub use assign::{AssignmentFacts, CopyLag, PodPlace, next_assignment};
 pub use assignment::{AssignmentDocument, TaskAssignment};
 pub use checkpoint_layout::TaskPrefix;
 pub use duration::{DurationError, format_go_duration, parse_go_duration};

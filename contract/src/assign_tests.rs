@@ -1,0 +1,272 @@
+use super::*;
+use proptest::prelude::*;
+use std::collections::BTreeSet;
+
+/// `count` pods `job-0..`, on nodes `n0..n<nodes>` in turn, node `n` in zone `z<n % zones>`.
+fn pods(count: usize, nodes: usize, zones: usize) -> Vec<PodPlace> {
+    (0..count)
+        .map(|i| {
+            let node = i % nodes.max(1);
+            PodPlace {
+                name: format!("job-{i}"),
+                node: (nodes > 0).then(|| format!("n{node}")),
+                zone: (zones > 0).then(|| format!("z{}", node % zones)),
+            }
+        })
+        .collect()
+}
+
+/// Every copy the document places, caught up (as once the standbys have warmed).
+fn warm_copies(doc: &AssignmentDocument) -> BTreeMap<u32, Vec<CopyLag>> {
+    doc.tasks
+        .iter()
+        .map(|t| {
+            let copies = t
+                .active
+                .iter()
+                .chain(&t.standbys)
+                .map(|pod| CopyLag {
+                    pod: pod.clone(),
+                    lag: 0,
+                })
+                .collect();
+            (t.task, copies)
+        })
+        .collect()
+}
+
+fn decide(
+    tasks: u32,
+    pods: &[PodPlace],
+    copies: &BTreeMap<u32, Vec<CopyLag>>,
+    current: Option<&AssignmentDocument>,
+    standbys: u32,
+) -> AssignmentDocument {
+    next_assignment(AssignmentFacts {
+        tasks,
+        pods,
+        copies,
+        current,
+        standby_replicas: standbys,
+        acceptable_recovery_lag: 100,
+    })
+}
+
+/// Decides again with every copy warm until nothing changes (at most `rounds` times).
+fn settle(
+    tasks: u32,
+    pods: &[PodPlace],
+    mut doc: AssignmentDocument,
+    standbys: u32,
+) -> AssignmentDocument {
+    for _ in 0..8 {
+        let next = decide(tasks, pods, &warm_copies(&doc), Some(&doc), standbys);
+        if next == doc {
+            return doc;
+        }
+        doc = next;
+    }
+    doc
+}
+
+fn loads(doc: &AssignmentDocument, pods: &[PodPlace]) -> Vec<usize> {
+    pods.iter()
+        .map(|pod| doc.active_tasks_of(&pod.name).count())
+        .collect()
+}
+
+fn place<'a>(pods: &'a [PodPlace], name: &str) -> &'a PodPlace {
+    pods.iter().find(|p| p.name == name).unwrap()
+}
+
+fn distance(pods: &[PodPlace], a: &str, b: &str) -> Proximity {
+    let index = |name: &str| pods.iter().position(|p| p.name == name).unwrap();
+    proximity(&places(pods), index(a), index(b))
+}
+
+#[test]
+fn a_new_job_spreads_actives_and_puts_standbys_in_other_zones() {
+    let pods = pods(3, 3, 3);
+    let doc = decide(6, &pods, &BTreeMap::new(), None, 1);
+    assert_eq!(doc.generation, 1);
+    assert!(doc.check().is_ok());
+    assert_eq!(loads(&doc, &pods), vec![2, 2, 2]);
+    for task in &doc.tasks {
+        let active = task.active.as_deref().unwrap();
+        assert_eq!(task.standbys.len(), 1);
+        let standby = &task.standbys[0];
+        assert_ne!(place(&pods, active).zone, place(&pods, standby).zone);
+    }
+    // Each pod's two tasks keep their standbys on two different pods, so losing it spreads
+    // the failover.
+    for pod in &pods {
+        let holders: BTreeSet<&String> = doc
+            .tasks
+            .iter()
+            .filter(|t| t.active.as_deref() == Some(pod.name.as_str()))
+            .flat_map(|t| &t.standbys)
+            .collect();
+        assert_eq!(holders.len(), 2, "{doc:?}");
+    }
+}
+
+#[test]
+fn a_lost_pod_fails_over_to_the_warmest_copy_and_nothing_else_moves() {
+    let pods = pods(3, 3, 3);
+    let doc = settle(6, &pods, decide(6, &pods, &BTreeMap::new(), None, 1), 1);
+    let lost = "job-1";
+    let survivors: Vec<PodPlace> = pods.iter().filter(|p| p.name != lost).cloned().collect();
+    let mut copies = warm_copies(&doc);
+    for list in copies.values_mut() {
+        list.retain(|c| c.pod != lost);
+    }
+    let next = decide(6, &survivors, &copies, Some(&doc), 1);
+    assert_eq!(next.generation, doc.generation + 1);
+    for (before, after) in doc.tasks.iter().zip(&next.tasks) {
+        if before.active.as_deref() == Some(lost) {
+            // Its only standby took over.
+            assert_eq!(after.active.as_ref(), before.standbys.first());
+        } else {
+            assert_eq!(after.active, before.active);
+        }
+        if before.active.as_deref() != Some(lost) && !before.standbys.iter().any(|s| s == lost) {
+            assert_eq!(after, before, "a task the loss did not touch changed");
+        }
+    }
+    assert_eq!(loads(&next, &survivors), vec![3, 3]);
+}
+
+#[test]
+fn the_warmest_standby_is_promoted() {
+    let pods = pods(3, 3, 0);
+    let doc = AssignmentDocument {
+        version: 1,
+        generation: 4,
+        tasks: vec![TaskAssignment {
+            task: 0,
+            active: Some("job-0".into()),
+            standbys: vec!["job-1".into(), "job-2".into()],
+        }],
+    };
+    let survivors = &pods[1..];
+    let copies = BTreeMap::from([(
+        0,
+        vec![
+            CopyLag {
+                pod: "job-1".into(),
+                lag: 900,
+            },
+            CopyLag {
+                pod: "job-2".into(),
+                lag: 3,
+            },
+        ],
+    )]);
+    let next = decide(1, survivors, &copies, Some(&doc), 2);
+    assert_eq!(next.tasks[0].active.as_deref(), Some("job-2"));
+    assert_eq!(next.tasks[0].standbys, vec!["job-1".to_string()]);
+}
+
+#[test]
+fn a_new_pod_gets_tasks_only_through_warm_up() {
+    let two = pods(2, 2, 0);
+    let doc = settle(4, &two, decide(4, &two, &BTreeMap::new(), None, 0), 0);
+    assert_eq!(loads(&doc, &two), vec![2, 2]);
+    let three = pods(3, 3, 0);
+    // The new pod has no copy yet: nothing moves, it warms one up.
+    let next = decide(4, &three, &warm_copies(&doc), Some(&doc), 0);
+    for (before, after) in doc.tasks.iter().zip(&next.tasks) {
+        assert_eq!(after.active, before.active);
+    }
+    let warming: Vec<u32> = next.standby_tasks_of("job-2").collect();
+    assert_eq!(warming.len(), 1, "{next:?}");
+    // Once the copy is warm, the task moves to it (the old owner keeps a copy until then).
+    let moved = decide(4, &three, &warm_copies(&next), Some(&next), 0);
+    assert_eq!(moved.active_tasks_of("job-2").collect::<Vec<_>>(), warming);
+    let final_doc = settle(4, &three, moved, 0);
+    let mut counts = loads(&final_doc, &three);
+    counts.sort_unstable();
+    assert_eq!(counts, vec![1, 1, 2]);
+}
+
+#[test]
+fn no_pods_leaves_every_task_unassigned() {
+    let doc = decide(3, &[], &BTreeMap::new(), None, 1);
+    assert!(
+        doc.tasks
+            .iter()
+            .all(|t| t.active.is_none() && t.standbys.is_empty())
+    );
+}
+
+fn arb_case() -> impl Strategy<Value = (u32, usize, usize, usize, u32)> {
+    (1u32..40, 1usize..10, 0usize..6, 0usize..4, 0u32..3)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn invariants_hold_and_a_settled_assignment_is_sticky(
+        (tasks, pod_count, nodes, zones, standbys) in arb_case()
+    ) {
+        let pods = pods(pod_count, nodes, zones);
+        let first = decide(tasks, &pods, &BTreeMap::new(), None, standbys);
+        let doc = settle(tasks, &pods, first, standbys);
+        prop_assert!(doc.check().is_ok());
+        let wanted = (standbys as usize).min(pod_count - 1);
+        for task in &doc.tasks {
+            let active = task.active.as_deref();
+            prop_assert!(active.is_some(), "task {} has no active", task.task);
+            let active = active.unwrap_or_default();
+            prop_assert_eq!(task.standbys.len(), wanted, "{:?}", doc);
+            // No free pod is farther from the active than the nearest standby needs to be.
+            let used: BTreeSet<&str> =
+                task.standbys.iter().map(String::as_str).chain([active]).collect();
+            let worst = task.standbys.iter().map(|s| distance(&pods, active, s)).max();
+            if let Some(worst) = worst {
+                for pod in pods.iter().filter(|p| !used.contains(p.name.as_str())) {
+                    prop_assert!(distance(&pods, active, &pod.name) >= worst, "{:?}", doc);
+                }
+            }
+        }
+        let counts = loads(&doc, &pods);
+        let (low, high) = (counts.iter().min(), counts.iter().max());
+        prop_assert!(high.unwrap_or(&0) - low.unwrap_or(&0) <= 1, "loads {:?}", counts);
+        // Sticky: the same facts decide the same document, generation included.
+        let again = decide(tasks, &pods, &warm_copies(&doc), Some(&doc), standbys);
+        prop_assert_eq!(again, doc);
+    }
+
+    #[test]
+    fn a_lost_pod_moves_only_its_own_actives_and_the_generation_grows(
+        (tasks, pod_count, nodes, zones, _) in arb_case(),
+        lost in 0usize..10,
+    ) {
+        prop_assume!(pod_count >= 2);
+        let pods = pods(pod_count, nodes, zones);
+        let doc = settle(tasks, &pods, decide(tasks, &pods, &BTreeMap::new(), None, 1), 1);
+        let lost = pods[lost % pod_count].name.clone();
+        let survivors: Vec<PodPlace> = pods.iter().filter(|p| p.name != lost).cloned().collect();
+        let mut copies = warm_copies(&doc);
+        for list in copies.values_mut() {
+            list.retain(|c| c.pod != lost);
+        }
+        let next = decide(tasks, &survivors, &copies, Some(&doc), 1);
+        prop_assert!(next.check().is_ok());
+        for (before, after) in doc.tasks.iter().zip(&next.tasks) {
+            prop_assert!(after.active.as_ref().is_some_and(|a| *a != lost));
+            prop_assert!(!after.standbys.contains(&lost));
+            if before.active.as_deref() == Some(lost.as_str()) {
+                // A standby existed, so it is the new owner: no cold start.
+                prop_assert!(before.standbys.contains(after.active.as_ref().unwrap_or(&lost)));
+            }
+        }
+        let lost_actives = doc.active_tasks_of(&lost).count();
+        let moved = doc.tasks.iter().zip(&next.tasks).filter(|(b, a)| b.active != a.active).count();
+        prop_assert!(moved >= lost_actives);
+        if lost_actives > 0 || doc.standby_tasks_of(&lost).count() > 0 {
+            prop_assert!(next.generation > doc.generation);
+        }
+    }
+}
