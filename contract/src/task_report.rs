@@ -164,6 +164,9 @@ pub struct TaskReport {
     /// started consuming (a recovery gap: the state lacks them for good).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_gap: Option<InputGap>,
+    /// A standby's distance to the changelog's end, in records (offsets, markers included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changelog_lag: Option<i64>,
 }
 
 /// A range of input offsets `[from_offset, to_offset)` the task never processed because the
@@ -197,6 +200,7 @@ impl TaskReport {
             last_checkpoint: None,
             applied_restore_id: None,
             input_gap: None,
+            changelog_lag: None,
         }
     }
 }

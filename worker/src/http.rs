@@ -1,7 +1,9 @@
 //! The worker's HTTP port: `/healthz` (the process serves), `/readyz` (every assigned active
 //! task is Running), `/metrics` (Prometheus text), `/v1/tasks` (each task's report) and
-//! `POST /v1/checkpoints` (a checkpoint of every task now; answers once they are durable).
+//! `POST /v1/checkpoints` (a checkpoint of every task now; answers once they are durable) and
+//! `PUT /v1/assignment` (the operator's assignment document; see [`crate::assignment`]).
 
+use crate::assignment::Assignments;
 use crate::checkpoint::CheckpointService;
 use crate::metrics::WorkerMetrics;
 use crate::status::TaskBoard;
@@ -9,7 +11,8 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,12 +41,14 @@ struct HttpState {
     board: TaskBoard,
     metrics: WorkerMetrics,
     checkpoints: Option<Arc<CheckpointService>>,
+    assignments: Option<Arc<Assignments>>,
 }
 
 pub fn router(
     board: TaskBoard,
     metrics: WorkerMetrics,
     checkpoints: Option<Arc<CheckpointService>>,
+    assignments: Option<Arc<Assignments>>,
 ) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -51,10 +56,12 @@ pub fn router(
         .route("/metrics", get(metrics_text))
         .route("/v1/tasks", get(tasks))
         .route("/v1/checkpoints", post(checkpoint_now))
+        .route("/v1/assignment", put(assign))
         .with_state(HttpState {
             board,
             metrics,
             checkpoints,
+            assignments,
         })
 }
 
@@ -111,6 +118,40 @@ async fn checkpoint_now(State(state): State<HttpState>) -> impl IntoResponse {
         status,
         axum::Json(serde_json::json!({ "version": 1, "checkpoints": checkpoints })),
     )
+}
+
+async fn assign(State(state): State<HttpState>, body: axum::body::Bytes) -> impl IntoResponse {
+    let refused = |status: StatusCode, error: String| {
+        (
+            status,
+            axum::Json(serde_json::json!({ "version": 1, "error": error })),
+        )
+    };
+    let Some(assignments) = state.assignments else {
+        return refused(
+            StatusCode::NOT_FOUND,
+            "standalone mode runs every task; it takes no assignment".into(),
+        );
+    };
+    // Joining the threads of released tasks blocks; keep it off the async workers.
+    let applied = tokio::task::spawn_blocking(move || assignments.apply(&body)).await;
+    match applied {
+        Ok(Ok(roles)) => {
+            let roles: BTreeMap<String, String> = roles
+                .into_iter()
+                .map(|(task, role)| (task.to_string(), format!("{role:?}")))
+                .collect();
+            (
+                StatusCode::OK,
+                axum::Json(serde_json::json!({ "version": 1, "roles": roles })),
+            )
+        }
+        Ok(Err(error)) => refused(
+            StatusCode::from_u16(error.status()).unwrap_or(StatusCode::CONFLICT),
+            error.to_string(),
+        ),
+        Err(error) => refused(StatusCode::INTERNAL_SERVER_ERROR, error.to_string()),
+    }
 }
 
 #[cfg(test)]

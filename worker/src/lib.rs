@@ -7,6 +7,7 @@
 //! - `task`: a task's restore and exactly-once loop; `standalone`: every partition in one process.
 //! - `http`, `metrics`, `status`: what the worker exposes.
 
+pub mod assignment;
 pub mod checkpoint;
 pub mod failpoint;
 pub mod http;

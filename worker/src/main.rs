@@ -147,7 +147,8 @@ fn main() -> ExitCode {
                 },
                 _ => TaskShare::All,
             };
-            match streamkeeper_worker::standalone::run(config, share) {
+            let pod = args.replicas.and(args.pod_name.clone());
+            match streamkeeper_worker::standalone::run(config, share, pod) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     tracing::error!(%error, "worker failed");

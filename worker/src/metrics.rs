@@ -60,6 +60,11 @@ pub struct WorkerMetrics {
     pub input_offset_repairs: Family<ReasonLabel, Counter>,
     pub input_records_lost: Family<TaskLabel, Counter>,
     pub input_offset_refreshes: Family<TaskLabel, Counter>,
+    pub standby_lag_records: Family<TaskLabel, Gauge>,
+    pub promotions: Family<TaskLabel, Counter>,
+    pub promotion_seconds: Family<TaskLabel, Gauge<f64, AtomicU64>>,
+    pub handoffs: Family<TaskLabel, Counter>,
+    pub assignment_generation: Gauge,
 }
 
 impl WorkerMetrics {
@@ -96,6 +101,11 @@ impl WorkerMetrics {
             input_offset_repairs: Family::default(),
             input_records_lost: Family::default(),
             input_offset_refreshes: Family::default(),
+            standby_lag_records: Family::default(),
+            promotions: Family::default(),
+            promotion_seconds: Family::default(),
+            handoffs: Family::default(),
+            assignment_generation: Gauge::default(),
         };
         let r = &mut registry;
         r.register(
@@ -242,6 +252,31 @@ impl WorkerMetrics {
             "input_offset_refreshes",
             "Commits of an idle task's unchanged input offset, which keep Kafka from expiring it",
             metrics.input_offset_refreshes.clone(),
+        );
+        r.register(
+            "standby_lag_records",
+            "Changelog records a standby copy has not applied yet",
+            metrics.standby_lag_records.clone(),
+        );
+        r.register(
+            "promotions",
+            "Standby copies of this worker promoted to active",
+            metrics.promotions.clone(),
+        );
+        r.register(
+            "promotion_seconds",
+            "The newest promotion on this worker: from the assignment that made the task active to its first committed transaction",
+            metrics.promotion_seconds.clone(),
+        );
+        r.register(
+            "handoffs",
+            "Active tasks this worker committed and released to another owner (demoted to standby or dropped)",
+            metrics.handoffs.clone(),
+        );
+        r.register(
+            "assignment_generation",
+            "Generation of the newest assignment document this worker acts on",
+            metrics.assignment_generation.clone(),
         );
         Self {
             registry: Arc::new(registry),

@@ -1,7 +1,10 @@
-//! Standalone mode: one worker runs every partition of a job as an active task (the demo and
-//! the worker tests use it). Task threads do the Kafka and RocksDB work; the async runtime only
-//! serves HTTP and waits for signals.
+//! Running the worker: standalone, one worker runs every partition of a job as an active task
+//! (the demo and the worker tests use it); as a StatefulSet pod, it runs its static share until
+//! the operator's first assignment document arrives, and then what the documents say. Task
+//! threads do the Kafka and RocksDB work; the async runtime only serves HTTP and waits for
+//! signals.
 
+use crate::assignment::Assignments;
 use crate::checkpoint::CheckpointService;
 use crate::http;
 use crate::kafka_client;
@@ -9,7 +12,7 @@ use crate::metrics::WorkerMetrics;
 use crate::share::TaskShare;
 use crate::status::TaskBoard;
 use crate::store::BlockCache;
-use crate::task::{WorkerContext, run_active_task};
+use crate::task::WorkerContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,16 +42,26 @@ pub enum StandaloneError {
     RestoreRequest(#[source] streamkeeper_contract::FormatError),
 }
 
-pub fn run(config: WorkerConfig, share: TaskShare) -> Result<(), StandaloneError> {
+/// Runs the worker until SIGTERM or Ctrl-C. `pod`: the StatefulSet pod name, which makes the
+/// worker take assignment documents; `None` in standalone mode.
+pub fn run(
+    config: WorkerConfig,
+    share: TaskShare,
+    pod: Option<String>,
+) -> Result<(), StandaloneError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(StandaloneError::Runtime)?;
-    runtime.block_on(run_async(config, share))
+    runtime.block_on(run_async(config, share, pod))
 }
 
-async fn run_async(config: WorkerConfig, share: TaskShare) -> Result<(), StandaloneError> {
+async fn run_async(
+    config: WorkerConfig,
+    share: TaskShare,
+    pod: Option<String>,
+) -> Result<(), StandaloneError> {
     let config = Arc::new(config);
     let metrics = WorkerMetrics::new();
     let board = TaskBoard::default();
@@ -68,7 +81,14 @@ async fn run_async(config: WorkerConfig, share: TaskShare) -> Result<(), Standal
         board,
         shutdown: Arc::new(AtomicBool::new(false)),
         checkpoints,
+        task_stop: Arc::new(AtomicBool::new(false)),
+        promoted_at: None,
     };
+    let takes_documents = pod.is_some();
+    let assignments = Arc::new(Assignments::new(
+        context.clone(),
+        pod.unwrap_or_else(|| "standalone".into()),
+    ));
     let address = context.config.http.listen.clone();
     let listener = tokio::net::TcpListener::bind(&address)
         .await
@@ -80,6 +100,7 @@ async fn run_async(config: WorkerConfig, share: TaskShare) -> Result<(), Standal
         context.board.clone(),
         context.metrics.clone(),
         context.checkpoints.clone(),
+        takes_documents.then(|| Arc::clone(&assignments)),
     );
     let companion = listener
         .local_addr()
@@ -94,7 +115,7 @@ async fn run_async(config: WorkerConfig, share: TaskShare) -> Result<(), Standal
             }
         }
     }
-    tracing::info!(%address, loopback = ?companion, "serving /healthz /readyz /metrics /v1/tasks /v1/checkpoints");
+    tracing::info!(%address, loopback = ?companion, takes_documents, "serving /healthz /readyz /metrics /v1/tasks /v1/checkpoints /v1/assignment");
     serve(listener, app);
 
     let discovery = {
@@ -125,26 +146,12 @@ async fn run_async(config: WorkerConfig, share: TaskShare) -> Result<(), Standal
             "no task falls to this worker (more replicas than input partitions)"
         );
     }
-    let threads: Vec<_> = tasks
-        .into_iter()
-        .map(|task| {
-            let context = context.clone();
-            std::thread::Builder::new()
-                .name(format!("task-{task}"))
-                .spawn(move || run_active_task(context, task))
-        })
-        .filter_map(Result::ok)
-        .collect();
+    assignments.start_static(&tasks);
 
     signal.await;
     tracing::info!("shutdown requested: finishing open transactions");
     context.shutdown.store(true, Ordering::SeqCst);
-    let _ = tokio::task::spawn_blocking(move || {
-        for thread in threads {
-            let _ = thread.join();
-        }
-    })
-    .await;
+    let _ = tokio::task::spawn_blocking(move || assignments.join_all()).await;
     tracing::info!("worker stopped");
     Ok(())
 }

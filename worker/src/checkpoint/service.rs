@@ -173,6 +173,13 @@ impl CheckpointService {
         }
     }
 
+    /// The task left the active role on this worker: it takes no more checkpoints here, and a
+    /// request for one no longer waits for it. A later active run registers afresh.
+    pub fn release(&self, task: u32) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        tasks.remove(&task);
+    }
+
     /// Reads what S3 already holds for a newly registered task, so the age of its newest
     /// durable checkpoint is known from the start rather than after the first new checkpoint
     /// (a restarted worker would otherwise report no age at all for an interval).

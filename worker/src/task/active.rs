@@ -46,6 +46,8 @@ pub struct ActiveLoop<'a> {
     producer: FutureProducer,
     input: BaseConsumer,
     pipeline: Pipeline,
+    /// Set when this run is a promotion: its first commit is timed from it.
+    promoted_at: std::cell::Cell<Option<Instant>>,
 }
 
 impl<'a> ActiveLoop<'a> {
@@ -80,6 +82,7 @@ impl<'a> ActiveLoop<'a> {
             producer,
             input,
             pipeline,
+            promoted_at: std::cell::Cell::new(context.promoted_at),
         })
     }
 
@@ -411,6 +414,15 @@ impl<'a> ActiveLoop<'a> {
             r.next_input_offset = Some(meta.next_input_offset);
             r.next_changelog_offset = Some(meta.next_changelog_offset);
         });
+        if let Some(promoted_at) = self.promoted_at.take() {
+            let seconds = promoted_at.elapsed().as_secs_f64();
+            metrics.promotion_seconds.get_or_create(&label).set(seconds);
+            tracing::info!(
+                task = self.task,
+                seconds,
+                "promotion: first commit as the new owner"
+            );
+        }
         Ok(())
     }
 

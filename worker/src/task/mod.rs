@@ -1,7 +1,9 @@
-//! One active task = one input partition, run on its own thread: restore its state, then the
-//! exactly-once processing loop. The supervisor here retries failures with backoff from a
-//! consistent point (the store only ever holds committed state) and stops for good only when
-//! the task is fenced, its changelog is lost, or the worker shuts down.
+//! One task = one input partition, run on its own thread ([`slot`]) in the role the assignment
+//! gives it. As active: restore its state, then the exactly-once processing loop; as standby:
+//! a warm copy tailing the changelog ([`standby`]). The supervisor here retries failures with
+//! backoff from a consistent point (the store only ever holds committed state) and ends an
+//! active role only when the task is released, fenced, its changelog is lost, or the worker
+//! shuts down.
 
 mod active;
 mod dead_letter;
@@ -14,19 +16,22 @@ mod record_size;
 mod requested_restore;
 mod restore;
 mod restore_checkpoint;
+mod slot;
+mod standby;
 
 pub use error::TaskError;
 pub use incarnation::of_state as changelog_incarnation_of;
 pub use record_size::MAX_RECORD_BYTES;
 pub use requested_restore::restore_request_from_env;
+pub use slot::{Role, TaskSlot};
 
 use crate::checkpoint::CheckpointService;
 use crate::metrics::WorkerMetrics;
-use crate::status::{PhaseTracker, TaskBoard, TaskPhase, TaskReport, TaskRole};
+use crate::status::{PhaseTracker, TaskBoard, TaskPhase};
 use crate::store::{BlockCache, OpenOutcome, RocksStore};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use streamkeeper_contract::WorkerConfig;
 use streamkeeper_contract::restore_request::RestoreRequestDocument;
 
@@ -44,11 +49,17 @@ pub struct WorkerContext {
     pub checkpoints: Option<Arc<CheckpointService>>,
     /// The restore request the operator handed to this worker (`spec.restore`), if any.
     pub restore_request: Option<Arc<RestoreRequestDocument>>,
+    /// One task's own stop: its role changed, so the running role winds down as at shutdown
+    /// (an active commits its open transaction first). Each task thread has its own.
+    pub task_stop: Arc<AtomicBool>,
+    /// When the assignment promoted this task from standby; its first commit is then timed.
+    pub promoted_at: Option<Instant>,
 }
 
 impl WorkerContext {
+    /// The running role should end: the worker shuts down or the task's role changed.
     pub fn shutting_down(&self) -> bool {
-        self.shutdown.load(Ordering::SeqCst)
+        self.shutdown.load(Ordering::SeqCst) || self.task_stop.load(Ordering::SeqCst)
     }
 
     /// Sleeps up to `duration`, waking early on shutdown.
@@ -62,72 +73,73 @@ impl WorkerContext {
     }
 }
 
-/// Runs active task `task` until shutdown or fencing. Never panics; errors are retried.
-pub fn run_active_task(context: WorkerContext, task: u32) {
-    let span = tracing::info_span!("task", task, job = %context.config.job.name);
-    let _entered = span.enter();
-    context
-        .board
-        .register(TaskReport::new(task, TaskRole::Active));
-    let mut phase = PhaseTracker::new(task, context.board.clone(), context.metrics.clone());
+/// How a role ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RoleEnd {
+    /// It wound down as asked: the role changed or the worker shuts down.
+    Released,
+    /// A newer owner claimed the task.
+    Fenced,
+    /// The state does not fit the job, or the changelog is gone: nothing to retry.
+    Failed,
+}
+
+/// Runs task `task` as active until it is released, fenced or fails for good. Never panics;
+/// other errors are retried.
+fn run_active(
+    context: &WorkerContext,
+    task: u32,
+    store: &mut Option<RocksStore>,
+    phase: &mut PhaseTracker,
+) -> RoleEnd {
     let mut backoff = Duration::from_millis(200);
-    let mut store: Option<RocksStore> = None;
     while !context.shutting_down() {
-        match run_once(&context, task, &mut store, &mut phase) {
+        match run_once(context, task, store, phase) {
             Ok(()) => break,
             Err(TaskError::ChangelogLost(reason)) => {
                 context.metrics.task_error(task, "changelog_lost");
                 tracing::error!(task, %reason, "task stopped: its changelog is gone");
                 phase.enter(TaskPhase::Failed, Some(format!("changelog lost: {reason}")));
-                return;
+                return RoleEnd::Failed;
             }
             Err(error @ (TaskError::InputPosition(_) | TaskError::ProcessorMismatch(_))) => {
                 context.metrics.task_error(task, error.category());
                 tracing::error!(task, %error, "task stopped: its state does not fit this job");
                 phase.enter(TaskPhase::Failed, Some(error.to_string()));
-                return;
+                return RoleEnd::Failed;
             }
             Err(TaskError::Fenced(reason)) => {
                 if let Some(service) = &context.checkpoints {
                     service.task(task).set_fenced();
                 }
                 phase.enter(TaskPhase::Fenced, Some(reason));
-                return;
+                return RoleEnd::Fenced;
             }
             Err(error) => {
                 context.metrics.task_error(task, error.category());
                 tracing::warn!(task, %error, category = error.category(), retry_in_ms = backoff.as_millis() as u64, "task failed; retrying from committed state");
                 phase.enter(TaskPhase::Created, Some(format!("retrying after: {error}")));
                 if error.requires_reopen() {
-                    store = None;
+                    *store = None;
                 }
                 context.pause(backoff);
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }
         }
     }
-    if let Some(store) = store.as_ref()
-        && let Err(error) = store.flush()
-    {
-        tracing::warn!(task, %error, "flushing state at shutdown failed (the WAL still has it)");
-    }
-    phase.enter(TaskPhase::Stopped, Some("worker shut down".into()));
+    RoleEnd::Released
 }
 
-fn run_once(
+/// The task's store, opened on first use and kept open across roles, with what it holds.
+fn open_store<'s>(
     context: &WorkerContext,
     task: u32,
-    store_slot: &mut Option<RocksStore>,
-    phase: &mut PhaseTracker,
-) -> Result<(), TaskError> {
-    phase.enter(TaskPhase::Restoring, None);
-    let config = &context.config;
+    store_slot: &'s mut Option<RocksStore>,
+) -> Result<(&'s mut RocksStore, OpenOutcome), TaskError> {
     let outcome = match store_slot.as_ref() {
-        Some(store) => store
-            .metadata()
-            .map(OpenOutcome::Valid)
-            .unwrap_or(OpenOutcome::Empty),
+        Some(store) => slot::outcome_of(store),
         None => {
+            let config = &context.config;
             let opened = RocksStore::open_with_cache(
                 &config.state.dir,
                 task,
@@ -138,9 +150,21 @@ fn run_once(
             opened.outcome
         }
     };
-    let Some(store) = store_slot.as_mut() else {
-        return Err(TaskError::Internal("store missing after open".into()));
-    };
+    let store = store_slot
+        .as_mut()
+        .ok_or_else(|| TaskError::Internal("store missing after open".into()))?;
+    Ok((store, outcome))
+}
+
+fn run_once(
+    context: &WorkerContext,
+    task: u32,
+    store_slot: &mut Option<RocksStore>,
+    phase: &mut PhaseTracker,
+) -> Result<(), TaskError> {
+    phase.enter(TaskPhase::Restoring, None);
+    let config = &context.config;
+    let (store, outcome) = open_store(context, task, store_slot)?;
     let mut loop_ = active::ActiveLoop::connect(context, task)?;
     let checkpoints = context
         .checkpoints

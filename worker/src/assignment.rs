@@ -1,0 +1,282 @@
+//! The assignment this worker acts on, and the task threads it runs.
+//!
+//! The operator decides the assignment (`contract::assign`) and sends the document to every
+//! worker pod (`PUT /v1/assignment`). A worker never acts on a generation older than one it
+//! has seen: the newest generation is written to the state volume before it is acted on, so a
+//! restarted worker refuses a late, older document too. Until the first document arrives, a
+//! StatefulSet pod runs its static share (`share.rs`) and standalone mode runs every task.
+//!
+//! Acting on a document is a change of each task's role ([`TaskSlot::set_role`]): tasks new
+//! to this pod start, promoted standbys take over, released actives commit and become
+//! standbys, tasks no longer here stop.
+
+use crate::task::{Role, TaskSlot, WorkerContext};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use streamkeeper_contract::{AssignmentDocument, FormatError, Versioned};
+
+/// Why a document was not acted on.
+#[derive(Debug, thiserror::Error)]
+pub enum AssignmentRefused {
+    #[error(
+        "assignment generation {got} is older than generation {seen}, which this worker has acted on"
+    )]
+    Stale { seen: u64, got: u64 },
+    #[error(
+        "assignment generation {0} differs from the document of the same generation this worker has"
+    )]
+    Conflict(u64),
+    #[error("not an assignment document: {0}")]
+    Invalid(#[from] FormatError),
+    #[error("cannot record generation {generation} in {path}: {source}")]
+    NotRecorded {
+        generation: u64,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl AssignmentRefused {
+    /// The HTTP status the refusal answers with.
+    pub fn status(&self) -> u16 {
+        match self {
+            AssignmentRefused::Stale { .. } | AssignmentRefused::Conflict(_) => 409,
+            AssignmentRefused::Invalid(_) => 400,
+            AssignmentRefused::NotRecorded { .. } => 500,
+        }
+    }
+}
+
+/// What this pod runs under a document, by task.
+pub fn roles_of(document: &AssignmentDocument, pod: &str) -> BTreeMap<u32, Role> {
+    let mut roles = BTreeMap::new();
+    for task in document.standby_tasks_of(pod) {
+        roles.insert(task, Role::Standby);
+    }
+    for task in document.active_tasks_of(pod) {
+        roles.insert(task, Role::Active);
+    }
+    roles
+}
+
+/// The worker's tasks and the document they follow.
+pub struct Assignments {
+    context: WorkerContext,
+    pod: String,
+    record: PathBuf,
+    state: Mutex<State>,
+}
+
+struct State {
+    document: Option<AssignmentDocument>,
+    slots: BTreeMap<u32, TaskSlot>,
+}
+
+impl Assignments {
+    /// `pod`: this worker's pod name, as the documents name it. Reads the newest generation
+    /// recorded on the state volume.
+    pub fn new(context: WorkerContext, pod: String) -> Self {
+        let record = record_path(&context.config.state.dir);
+        let document = read_record(&record);
+        if let Some(document) = &document {
+            tracing::info!(generation = document.generation, path = %record.display(), "newest assignment generation seen before this start; older ones are refused");
+            context
+                .metrics
+                .assignment_generation
+                .set(gauge(document.generation));
+        }
+        Self {
+            context,
+            pod,
+            record,
+            state: Mutex::new(State {
+                document,
+                slots: BTreeMap::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs `tasks` as actives until a document says otherwise (the static share). Not once
+    /// this pod has had a document (now or before a restart): the operator's assignment may
+    /// have moved those tasks, and claiming them would fence their owners.
+    pub fn start_static(&self, tasks: &[u32]) {
+        let mut state = self.lock();
+        if let Some(document) = &state.document {
+            tracing::info!(
+                generation = document.generation,
+                "waiting for the operator's assignment instead of the static share"
+            );
+            return;
+        }
+        for &task in tasks {
+            state
+                .slots
+                .entry(task)
+                .or_insert_with(|| TaskSlot::start(&self.context, task, Role::Active, 0));
+        }
+    }
+
+    /// Acts on `document` (JSON). Returns the roles this pod now runs.
+    pub fn apply(&self, body: &[u8]) -> Result<BTreeMap<u32, Role>, AssignmentRefused> {
+        let document = AssignmentDocument::from_json(body)?;
+        let mut state = self.lock();
+        if let Some(seen) = &state.document {
+            if document.generation < seen.generation {
+                return Err(AssignmentRefused::Stale {
+                    seen: seen.generation,
+                    got: document.generation,
+                });
+            }
+            if document.generation == seen.generation && document != *seen {
+                return Err(AssignmentRefused::Conflict(document.generation));
+            }
+        }
+        let changed = state.document.as_ref() != Some(&document);
+        if changed {
+            write_record(&self.record, &document)?;
+        }
+        let roles = roles_of(&document, &self.pod);
+        // Roles change at once (promotions first of all); only then are the threads of tasks
+        // no longer here joined, so a slow release never delays a takeover.
+        for (&task, &role) in &roles {
+            match state.slots.get(&task) {
+                Some(slot) => slot.set_role(role, document.generation),
+                None => {
+                    let slot = TaskSlot::start(&self.context, task, role, document.generation);
+                    state.slots.insert(task, slot);
+                }
+            }
+        }
+        let dropped: Vec<u32> = state
+            .slots
+            .keys()
+            .filter(|task| !roles.contains_key(task))
+            .copied()
+            .collect();
+        for task in &dropped {
+            if let Some(slot) = state.slots.get(task) {
+                slot.set_role(Role::Dropped, document.generation);
+            }
+        }
+        for task in dropped {
+            if let Some(slot) = state.slots.remove(&task) {
+                slot.join();
+            }
+        }
+        if changed {
+            tracing::info!(generation = document.generation, roles = ?roles, "acting on assignment");
+            self.context
+                .metrics
+                .assignment_generation
+                .set(gauge(document.generation));
+        }
+        state.document = Some(document);
+        Ok(roles)
+    }
+
+    /// Waits for every task thread to end (after the worker's shutdown flag is set).
+    pub fn join_all(&self) {
+        let slots = std::mem::take(&mut self.lock().slots);
+        for slot in slots.into_values() {
+            slot.join();
+        }
+    }
+}
+
+fn gauge(generation: u64) -> i64 {
+    i64::try_from(generation).unwrap_or(i64::MAX)
+}
+
+fn record_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("assignment.json")
+}
+
+fn read_record(path: &Path) -> Option<AssignmentDocument> {
+    let bytes = std::fs::read(path).ok()?;
+    match AssignmentDocument::from_json(&bytes) {
+        Ok(document) => Some(document),
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "ignoring an unreadable assignment record");
+            None
+        }
+    }
+}
+
+/// Writes the document next to the state, durably (temporary file, fsync, rename).
+fn write_record(path: &Path, document: &AssignmentDocument) -> Result<(), AssignmentRefused> {
+    use std::io::Write;
+    let failed = |source| AssignmentRefused::NotRecorded {
+        generation: document.generation,
+        path: path.to_path_buf(),
+        source,
+    };
+    let temporary = path.with_extension("json.tmp");
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(failed)?;
+    }
+    let mut file = std::fs::File::create(&temporary).map_err(failed)?;
+    file.write_all(&document.to_json()).map_err(failed)?;
+    file.sync_all().map_err(failed)?;
+    std::fs::rename(&temporary, path).map_err(failed)?;
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use streamkeeper_contract::TaskAssignment;
+
+    fn document(generation: u64) -> AssignmentDocument {
+        AssignmentDocument {
+            version: 1,
+            generation,
+            tasks: vec![
+                TaskAssignment {
+                    task: 0,
+                    active: Some("job-0".into()),
+                    standbys: vec!["job-1".into()],
+                },
+                TaskAssignment {
+                    task: 1,
+                    active: Some("job-1".into()),
+                    standbys: vec!["job-0".into()],
+                },
+                TaskAssignment {
+                    task: 2,
+                    active: Some("job-2".into()),
+                    standbys: vec![],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn a_pod_runs_its_actives_and_standbys_only() {
+        let roles = roles_of(&document(3), "job-0");
+        assert_eq!(
+            roles,
+            BTreeMap::from([(0, Role::Active), (1, Role::Standby)])
+        );
+        assert!(roles_of(&document(3), "job-9").is_empty());
+    }
+
+    #[test]
+    fn the_record_survives_a_restart_and_an_unreadable_one_is_ignored() {
+        let dir = std::env::temp_dir().join(format!("sk-assignment-{}", std::process::id()));
+        let path = record_path(&dir);
+        write_record(&path, &document(7)).unwrap();
+        assert_eq!(read_record(&path), Some(document(7)));
+        std::fs::write(&path, b"{not json").unwrap();
+        assert_eq!(read_record(&path), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

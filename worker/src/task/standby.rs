@@ -1,0 +1,152 @@
+//! A standby task: a warm copy of another pod's active task, kept close enough to take over in
+//! a moment.
+//!
+//! It warms up with the same restore an active task runs (valid local state replays only the
+//! delta, by the same tombstone rule; else the newest usable S3 checkpoint is installed first;
+//! else the whole changelog is read), then tails changelog partition `i` with
+//! `read_committed`, applying each fetch as a restore batch. It consumes no input, produces
+//! nothing and writes no checkpoint. Its state therefore never holds an uncommitted change,
+//! and when the task is promoted, the active path finds valid local state and replays only
+//! what the standby had not applied yet.
+//!
+//! Lag is the distance to the changelog's end, reported on `/v1/tasks` (`changelogLag`) and
+//! as `streamkeeper_standby_lag_records`; warm-up progress is the restore progress.
+
+use super::input_position::position_in_record;
+use super::restore::{RestorePlan, partition_of, restore_from_changelog};
+use super::{TaskError, WorkerContext};
+use crate::kafka_client;
+use crate::metrics::TaskLabel;
+use crate::status::{PhaseTracker, TaskPhase};
+use crate::store::{ChangeSet, OpenOutcome, RocksStore, StateStore, TaskMetadata};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use std::time::{Duration, Instant};
+
+/// A fetch is applied at once when this many records are waiting, or when the partition's
+/// end is reached, or after [`APPLY_EVERY`].
+const BATCH_RECORDS: usize = 5_000;
+const APPLY_EVERY: Duration = Duration::from_millis(100);
+/// How often the lag is measured against the changelog's end.
+const LAG_EVERY: Duration = Duration::from_millis(500);
+
+/// Keeps `store` a warm copy of the task's state until the task's role changes or the worker
+/// shuts down; the state it leaves is valid (every applied batch durable).
+pub(super) fn run(
+    context: &WorkerContext,
+    task: u32,
+    store: &mut RocksStore,
+    outcome: OpenOutcome,
+    phase: &mut PhaseTracker,
+) -> Result<(), TaskError> {
+    phase.enter(TaskPhase::Restoring, Some("standby warming up".into()));
+    let consumer = changelog_consumer(context)?;
+    restore_from_changelog(context, task, store, outcome, &consumer, RestorePlan::Usual)?;
+    phase.enter(
+        TaskPhase::Running,
+        Some("standby: tailing the changelog".into()),
+    );
+    let tailed = tail(context, task, store, &consumer);
+    // Whatever ended the tail, what was applied is made durable, so a promotion (or a restart
+    // on this volume) replays only what follows it.
+    if store.metadata().is_some_and(|m| m.restoring) {
+        store.finish_restore()?;
+    }
+    context
+        .metrics
+        .standby_lag_records
+        .remove(&TaskLabel { task });
+    tailed
+}
+
+fn changelog_consumer(context: &WorkerContext) -> Result<BaseConsumer, TaskError> {
+    let config = &context.config;
+    let mut client = kafka_client::consumer_config(&config.kafka, &config.job.group_id())?;
+    client.set("enable.partition.eof", "true");
+    client
+        .create()
+        .map_err(|e| TaskError::kafka("creating the standby's changelog consumer", e))
+}
+
+/// Applies the changelog from the state's position on, until the task stops.
+fn tail(
+    context: &WorkerContext,
+    task: u32,
+    store: &mut RocksStore,
+    consumer: &BaseConsumer,
+) -> Result<(), TaskError> {
+    let topic = context.config.kafka.changelog_topic.as_str();
+    let partition = partition_of(task)?;
+    let mut meta = store
+        .metadata()
+        .unwrap_or_else(|| TaskMetadata::initial(task));
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, partition, Offset::Offset(meta.next_changelog_offset))
+        .map_err(|e| TaskError::kafka("assigning the changelog partition", e))?;
+    consumer
+        .assign(&assignment)
+        .map_err(|e| TaskError::kafka("assigning the changelog partition", e))?;
+    let mut batch = ChangeSet::new();
+    let mut applied_at = Instant::now();
+    let mut lag_at: Option<Instant> = None;
+    while !context.shutting_down() {
+        let at_end = match consumer.poll(Duration::from_millis(50)) {
+            None => false,
+            Some(Err(KafkaError::PartitionEOF(_))) => true,
+            Some(Err(error)) => return Err(TaskError::kafka("tailing the changelog", error)),
+            Some(Ok(message)) => {
+                let key = message.key().unwrap_or_default();
+                batch.set(key.to_vec(), message.payload().map(<[u8]>::to_vec));
+                if let Some(position) = position_in_record(key, message.payload()) {
+                    meta.next_input_offset = position;
+                }
+                meta.next_changelog_offset = message.offset() + 1;
+                if let Some(ts) = message.timestamp().to_millis() {
+                    meta.newest_changelog_timestamp_ms = Some(ts);
+                }
+                false
+            }
+        };
+        let due = at_end || batch.len() >= BATCH_RECORDS || applied_at.elapsed() >= APPLY_EVERY;
+        if !batch.is_empty() && due {
+            store.restore_batch(&batch, &meta)?;
+            batch.clear();
+            applied_at = Instant::now();
+        }
+        if lag_at.is_none_or(|at| at.elapsed() >= LAG_EVERY) {
+            report_lag(context, task, consumer, topic, partition, &meta);
+            lag_at = Some(Instant::now());
+        }
+    }
+    if !batch.is_empty() {
+        store.restore_batch(&batch, &meta)?;
+    }
+    Ok(())
+}
+
+fn report_lag(
+    context: &WorkerContext,
+    task: u32,
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+    meta: &TaskMetadata,
+) {
+    let Ok((_, high)) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(1)) else {
+        return;
+    };
+    // The end includes transaction markers and records of a transaction still open, so a
+    // caught-up standby reads a lag of a few records; the rule's acceptable lag allows for it.
+    let lag = (high - meta.next_changelog_offset).max(0);
+    context
+        .metrics
+        .standby_lag_records
+        .get_or_create(&TaskLabel { task })
+        .set(lag);
+    context.board.update(task, |report| {
+        report.changelog_lag = Some(lag);
+        report.next_changelog_offset = Some(meta.next_changelog_offset);
+    });
+}
