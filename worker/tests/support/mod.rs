@@ -19,6 +19,7 @@ use streamkeeper_contract::{Versioned, WorkerConfig};
 use streamkeeper_worker::store::{OpenOutcome, RocksStore, StateStore};
 
 pub mod checkpoints;
+pub mod standby;
 
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
