@@ -4,7 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::{Job, Worker};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use streamkeeper_contract::{
     AssignmentDocument, TaskAssignment, TaskReport, TaskReportsDocument, Versioned,
@@ -68,7 +68,7 @@ impl Pod {
     }
 }
 
-fn spawn(job: &mut Job, name: &str, replicas: u32, state: &PathBuf, address: &str) -> Worker {
+fn spawn(job: &mut Job, name: &str, replicas: u32, state: &Path, address: &str) -> Worker {
     let kept = job.env.clone();
     job.env.extend([
         ("POD_NAME".to_string(), name.to_string()),
