@@ -6,6 +6,7 @@ pub mod bench;
 pub mod checkpoint_reader;
 pub mod controller;
 pub mod crd;
+pub mod failover;
 pub mod http;
 pub mod kafka_admin;
 pub mod kafka_security;

@@ -29,6 +29,9 @@ pub struct Metrics {
     errors: Family<CategoryLabels, Counter>,
     duration: Histogram,
     leader: Gauge,
+    promotions: Counter,
+    handoffs: Counter,
+    detection: Histogram,
 }
 
 impl Default for Metrics {
@@ -65,12 +68,34 @@ impl Metrics {
             "1 while this process holds the leader Lease",
             leader.clone(),
         );
+        let promotions = Counter::default();
+        registry.register(
+            "promotions",
+            "Tasks moved off a pod that stopped answering, to their warmest copy",
+            promotions.clone(),
+        );
+        let handoffs = Counter::default();
+        registry.register(
+            "handoffs",
+            "Tasks moved between answering pods (balance, scaling), to a caught-up copy",
+            handoffs.clone(),
+        );
+        // 50 ms .. ~100 s.
+        let detection = Histogram::new(exponential_buckets(0.05, 2.0, 12));
+        registry.register(
+            "failover_detection_seconds",
+            "From a promoted task's old owner's last answer to the decision that moved it",
+            detection.clone(),
+        );
         Self {
             registry,
             reconciles,
             errors,
             duration,
             leader,
+            promotions,
+            handoffs,
+            detection,
         }
     }
 
@@ -80,6 +105,16 @@ impl Metrics {
             metrics: self,
             start: Instant::now(),
         }
+    }
+
+    /// A task moved off a failed pod, `silent` after its owner's last answer.
+    pub fn promotion(&self, silent: std::time::Duration) {
+        self.promotions.inc();
+        self.detection.observe(silent.as_secs_f64());
+    }
+
+    pub fn handoff(&self) {
+        self.handoffs.inc();
     }
 
     pub fn set_leader(&self, leader: bool) {

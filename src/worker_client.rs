@@ -7,12 +7,13 @@
 //! operator.
 
 use std::time::Duration;
-use streamkeeper_contract::{TaskReportsDocument, Versioned};
+use streamkeeper_contract::{AssignmentDocument, TaskReportsDocument, Versioned};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 pub const CHECKPOINT_PATH: &str = "/v1/checkpoints";
 pub const TASKS_PATH: &str = "/v1/tasks";
+pub const ASSIGNMENT_PATH: &str = "/v1/assignment";
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerCallError {
@@ -49,9 +50,29 @@ pub async fn request_checkpoint(
     port: u16,
     timeout: Duration,
 ) -> Result<(), WorkerCallError> {
-    exchange(host, port, "POST", CHECKPOINT_PATH, timeout)
+    exchange(host, port, "POST", CHECKPOINT_PATH, b"", timeout)
         .await
         .map(drop)
+}
+
+/// `PUT /v1/assignment` on `host:port`: the worker acts on `document` (or refuses an older
+/// generation than it has seen, which is a `Refused` error).
+pub async fn put_assignment(
+    host: &str,
+    port: u16,
+    document: &AssignmentDocument,
+    timeout: Duration,
+) -> Result<(), WorkerCallError> {
+    exchange(
+        host,
+        port,
+        "PUT",
+        ASSIGNMENT_PATH,
+        &document.to_json(),
+        timeout,
+    )
+    .await
+    .map(drop)
 }
 
 /// `GET /v1/tasks` on `host:port`: the reports of every task the worker hosts.
@@ -60,7 +81,7 @@ pub async fn task_reports(
     port: u16,
     timeout: Duration,
 ) -> Result<TaskReportsDocument, WorkerCallError> {
-    let body = exchange(host, port, "GET", TASKS_PATH, timeout).await?;
+    let body = exchange(host, port, "GET", TASKS_PATH, b"", timeout).await?;
     TaskReportsDocument::from_json(&body).map_err(|error| WorkerCallError::Unreadable {
         host: host.to_string(),
         port,
@@ -74,9 +95,10 @@ async fn exchange(
     port: u16,
     method: &str,
     path: &str,
+    body: &[u8],
     timeout: Duration,
 ) -> Result<Vec<u8>, WorkerCallError> {
-    match tokio::time::timeout(timeout, exchange_unbounded(host, port, method, path)).await {
+    match tokio::time::timeout(timeout, exchange_unbounded(host, port, method, path, body)).await {
         Ok(result) => result,
         Err(_) => Err(WorkerCallError::Timeout {
             host: host.to_string(),
@@ -91,6 +113,7 @@ async fn exchange_unbounded(
     port: u16,
     method: &str,
     path: &str,
+    body: &[u8],
 ) -> Result<Vec<u8>, WorkerCallError> {
     let unreachable = |source| WorkerCallError::Unreachable {
         host: host.to_string(),
@@ -100,13 +123,13 @@ async fn exchange_unbounded(
     let mut stream = TcpStream::connect((host, port))
         .await
         .map_err(unreachable)?;
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    );
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(unreachable)?;
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    stream.write_all(&request).await.map_err(unreachable)?;
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).await.map_err(unreachable)?;
     let unreadable = |reason: &str| WorkerCallError::Unreadable {

@@ -1,6 +1,7 @@
 //! What every reconcile shares: the clients, the Event recorder, the metrics, the leadership
 //! guard and the per-job failure counts that set the backoff.
 
+use crate::failover::{FailoverDeps, Failovers};
 use crate::kafka_admin::KafkaAdmins;
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
@@ -36,6 +37,8 @@ pub struct Context {
     /// binary's `client` checks it itself on each request.
     pub leadership: Leadership,
     failures: Mutex<HashMap<String, u32>>,
+    /// Each job's failover loop (assignment, heartbeat, promotion).
+    pub failovers: Failovers,
 }
 
 impl Context {
@@ -53,6 +56,7 @@ impl Context {
             settings,
             leadership: Leadership::unconditional(),
             failures: Mutex::new(HashMap::new()),
+            failovers: Failovers::default(),
         }
     }
 
@@ -62,6 +66,16 @@ impl Context {
         self.kafka = KafkaAdmins::new(leadership.clone());
         self.leadership = leadership;
         self
+    }
+
+    /// What a job's failover loop shares with the reconciles.
+    pub fn failover_deps(&self) -> FailoverDeps {
+        FailoverDeps {
+            client: self.client.clone(),
+            recorder: self.recorder.clone(),
+            leadership: self.leadership.clone(),
+            metrics: Arc::clone(&self.metrics),
+        }
     }
 
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {

@@ -16,8 +16,9 @@ use crate::controller::status::Observation;
 use crate::controller::update_status::update_status;
 use crate::controller::{
     Context, DesiredResources, Facts, InvalidSpec, ReconcileError, ValidatedJob, build, cleanup,
-    facts, observe, operations, validate,
+    facts, names, observe, operations, validate,
 };
+use crate::failover::FailoverJob;
 use crate::kafka_admin::KafkaAdmin;
 use crate::vocabulary::{reasons, types};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -188,6 +189,11 @@ async fn run_pipeline(
     };
     let stateful_set =
         apply_desired(ctx, &kafka.admin, job, &validated, &desired, observation).await?;
+    // Assign: the job's failover loop decides and sends the assignment between reconciles.
+    ctx.failovers.ensure(
+        &ctx.failover_deps(),
+        failover_job(&validated, kafka.input_partitions, &stateful_set),
+    );
     observation
         .conditions
         .push(judge::changelog_ready(&desired.topics.changelog));
@@ -233,6 +239,29 @@ async fn run_pipeline(
             ready_pods,
         },
     ))
+}
+
+/// What the job's failover loop needs to know of it now.
+fn failover_job(
+    validated: &ValidatedJob,
+    partitions: i32,
+    stateful_set: &StatefulSet,
+) -> FailoverJob {
+    FailoverJob {
+        namespace: validated.namespace.clone(),
+        name: validated.name.clone(),
+        owner: validated.owner.clone(),
+        tasks: u32::try_from(partitions).unwrap_or(0),
+        desired_pods: stateful_set
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.replicas)
+            .unwrap_or_default(),
+        standby_replicas: validated.workers.standby_replicas,
+        acceptable_recovery_lag: i64::try_from(validated.acceptable_recovery_lag)
+            .unwrap_or(i64::MAX),
+        port: u16::try_from(names::HTTP_PORT).unwrap_or(8080),
+    }
 }
 
 /// Applies the desired objects and topics; the StatefulSet as the apiserver has it after.
@@ -297,6 +326,8 @@ async fn current_job(
 /// stopped) removes the topics the operator created for the job and every S3 object under the
 /// job's prefix.
 async fn on_delete(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, ReconcileError> {
+    ctx.failovers
+        .stop(&job.namespace().unwrap_or_default(), &job.name_any());
     if job.spec.deletion_policy == DeletionPolicy::Retain {
         tracing::info!(job = %job_key(job), "deleted; changelog and checkpoints retained");
         return Ok(Action::await_change());

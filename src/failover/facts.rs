@@ -1,0 +1,131 @@
+//! The assignment rule's inputs from what the cluster and the workers say: the live pods in
+//! ordinal order (so a new job's first assignment is the share a StatefulSet pod starts with:
+//! task `i` on pod `i mod replicas`), and each task's copies with their lag. Pure.
+
+use std::collections::BTreeMap;
+use streamkeeper_contract::task_report::{TaskPhase, TaskReport, TaskRole};
+use streamkeeper_contract::{CopyLag, PodPlace};
+
+/// A worker pod as the rule needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodFacts {
+    pub name: String,
+    pub node: Option<String>,
+    pub zone: Option<String>,
+}
+
+/// The ordinal of a StatefulSet pod name (`<set>-<n>`).
+pub fn ordinal(pod: &str) -> Option<u32> {
+    pod.rsplit_once('-')?.1.parse().ok()
+}
+
+/// The live pods, in ordinal order.
+pub fn places(pods: &[PodFacts], alive: impl Fn(&str) -> bool) -> Vec<PodPlace> {
+    let mut live: Vec<&PodFacts> = pods.iter().filter(|pod| alive(&pod.name)).collect();
+    live.sort_by_key(|pod| (ordinal(&pod.name).unwrap_or(u32::MAX), pod.name.clone()));
+    live.into_iter()
+        .map(|pod| PodPlace {
+            name: pod.name.clone(),
+            node: pod.node.clone(),
+            zone: pod.zone.clone(),
+        })
+        .collect()
+}
+
+/// Each task's copies on the pods that reported, with their lag behind the changelog's end.
+pub fn copies(reports: &[(String, Vec<TaskReport>)]) -> BTreeMap<u32, Vec<CopyLag>> {
+    let mut copies: BTreeMap<u32, Vec<CopyLag>> = BTreeMap::new();
+    for (pod, list) in reports {
+        for report in list {
+            if let Some(lag) = lag_of(report) {
+                copies.entry(report.task).or_default().push(CopyLag {
+                    pod: pod.clone(),
+                    lag,
+                });
+            }
+        }
+    }
+    copies
+}
+
+/// How far a copy is behind: an active that runs is current; a standby says its lag; a copy
+/// still restoring is behind by what its restore has left. A fenced, failed or stopped copy is
+/// no copy to move a task to.
+fn lag_of(report: &TaskReport) -> Option<i64> {
+    match (report.role, report.phase) {
+        (TaskRole::Active, TaskPhase::Running) => Some(0),
+        (TaskRole::Standby, TaskPhase::Running) => Some(report.changelog_lag.unwrap_or(0)),
+        (_, TaskPhase::Restoring | TaskPhase::Created) => Some(
+            report
+                .restore
+                .as_ref()
+                .map(|r| i64::try_from(r.records_total.saturating_sub(r.records_done)))
+                .and_then(Result::ok)
+                .unwrap_or(i64::MAX / 2),
+        ),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str) -> PodFacts {
+        PodFacts {
+            name: name.into(),
+            node: Some("n".into()),
+            zone: None,
+        }
+    }
+
+    #[test]
+    fn live_pods_come_in_ordinal_order() {
+        let pods = [pod("job-10"), pod("job-2"), pod("job-0"), pod("job-1")];
+        let names: Vec<String> = places(&pods, |p| p != "job-1")
+            .into_iter()
+            .map(|p| p.name)
+            .collect();
+        assert_eq!(names, ["job-0", "job-2", "job-10"]);
+    }
+
+    #[test]
+    fn copies_carry_their_lag_and_fenced_ones_are_none() {
+        let report = |task, role, phase, lag| TaskReport {
+            phase,
+            changelog_lag: lag,
+            ..TaskReport::new(task, role)
+        };
+        let reports = vec![
+            (
+                "job-0".to_string(),
+                vec![
+                    report(0, TaskRole::Active, TaskPhase::Running, None),
+                    report(1, TaskRole::Standby, TaskPhase::Running, Some(7)),
+                ],
+            ),
+            (
+                "job-1".to_string(),
+                vec![
+                    report(1, TaskRole::Active, TaskPhase::Fenced, None),
+                    report(0, TaskRole::Standby, TaskPhase::Restoring, None),
+                ],
+            ),
+        ];
+        let copies = copies(&reports);
+        let lags = |task: u32| -> Vec<(String, i64)> {
+            copies[&task]
+                .iter()
+                .map(|c| (c.pod.clone(), c.lag))
+                .collect()
+        };
+        assert_eq!(
+            lags(0),
+            [
+                ("job-0".to_string(), 0),
+                ("job-1".to_string(), i64::MAX / 2)
+            ]
+        );
+        assert_eq!(lags(1), [("job-0".to_string(), 7)]);
+    }
+}

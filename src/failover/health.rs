@@ -1,0 +1,139 @@
+//! Which worker pods are alive, from the operator's own heartbeat: it asks every pod for its
+//! task reports a few times a second. Pure bookkeeping, so the rule is unit-tested.
+//!
+//! - A refused connection means no process listens on the pod's port (it died, or restarts):
+//!   the pod is down at once, with no grace, since nothing runs its tasks.
+//! - A pod that does not answer (a frozen process, a lost node, a partition) is down once its
+//!   last answer is older than [`SUSPECT_AFTER`], a few polls, not the node controller's 40 s.
+//! - A pod that has never answered is starting: it keeps what the document gives it for
+//!   [`STARTUP_GRACE`] after the loop first saw it, so a resumed job, a new leader or a slow
+//!   start never sends every task to the first pod that happens to answer.
+//!
+//! A wrong guess is safe: the promoted standby fences the old owner's transactional id.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// How long a pod may be silent before its tasks move.
+pub const SUSPECT_AFTER: Duration = Duration::from_millis(1_000);
+/// How long a pod that has never answered counts as starting, not failed.
+pub const STARTUP_GRACE: Duration = Duration::from_secs(30);
+
+/// What one poll of a pod found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Poll {
+    Answered,
+    /// Connection refused: nothing listens.
+    Refused,
+    /// No answer in time, or a broken one.
+    Silent,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Beat {
+    first_seen: Instant,
+    last_answer: Option<Instant>,
+    refused: bool,
+}
+
+/// The heartbeats of one job's pods.
+#[derive(Debug, Default)]
+pub struct Heartbeats {
+    pods: HashMap<String, Beat>,
+}
+
+impl Heartbeats {
+    pub fn record(&mut self, pod: &str, poll: Poll, now: Instant) {
+        let beat = self.pods.entry(pod.to_string()).or_insert(Beat {
+            first_seen: now,
+            last_answer: None,
+            refused: false,
+        });
+        match poll {
+            Poll::Answered => {
+                beat.last_answer = Some(now);
+                beat.refused = false;
+            }
+            Poll::Refused => beat.refused = true,
+            Poll::Silent => {}
+        }
+    }
+
+    /// The pod answered recently and nothing says its process is gone: it can be sent the
+    /// document.
+    pub fn reachable(&self, pod: &str, now: Instant) -> bool {
+        self.pods.get(pod).is_some_and(|beat| {
+            !beat.refused
+                && beat
+                    .last_answer
+                    .is_some_and(|at| now.saturating_duration_since(at) < SUSPECT_AFTER)
+        })
+    }
+
+    /// The pod may keep or get tasks: reachable, or starting (never answered, first seen less
+    /// than [`STARTUP_GRACE`] ago).
+    pub fn alive(&self, pod: &str, now: Instant) -> bool {
+        self.reachable(pod, now)
+            || self.pods.get(pod).is_some_and(|beat| {
+                beat.last_answer.is_none()
+                    && now.saturating_duration_since(beat.first_seen) < STARTUP_GRACE
+            })
+    }
+
+    /// Pods that have answered at least once.
+    pub fn answered(&self, pod: &str) -> bool {
+        self.pods
+            .get(pod)
+            .is_some_and(|beat| beat.last_answer.is_some())
+    }
+
+    /// How long ago `pod` last answered; `None` when it never did.
+    pub fn silent_for(&self, pod: &str, now: Instant) -> Option<Duration> {
+        let at = self.pods.get(pod)?.last_answer?;
+        Some(now.saturating_duration_since(at))
+    }
+
+    /// Forgets pods that no longer exist.
+    pub fn retain(&mut self, exists: impl Fn(&str) -> bool) {
+        self.pods.retain(|pod, _| exists(pod));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_connection_is_down_at_once_and_silence_after_the_grace() {
+        let start = Instant::now();
+        let mut beats = Heartbeats::default();
+        beats.record("p", Poll::Refused, start);
+        assert!(beats.alive("p", start), "never answered: starting");
+        assert!(!beats.reachable("p", start));
+        assert!(
+            !beats.alive("p", start + STARTUP_GRACE),
+            "started too long ago"
+        );
+        beats.record("p", Poll::Answered, start);
+        assert!(beats.alive("p", start));
+        assert!(beats.answered("p"));
+
+        // Silent (frozen): alive until SUSPECT_AFTER has passed since the last answer.
+        let later = start + SUSPECT_AFTER / 2;
+        beats.record("p", Poll::Silent, later);
+        assert!(beats.alive("p", later));
+        let late = start + SUSPECT_AFTER;
+        beats.record("p", Poll::Silent, late);
+        assert!(!beats.alive("p", late));
+        assert_eq!(beats.silent_for("p", late), Some(SUSPECT_AFTER));
+
+        // Answering again makes it alive; a refused connection makes it down at once.
+        beats.record("p", Poll::Answered, late);
+        assert!(beats.alive("p", late));
+        beats.record("p", Poll::Refused, late);
+        assert!(!beats.alive("p", late));
+
+        beats.retain(|pod| pod != "p");
+        assert_eq!(beats.silent_for("p", late), None);
+    }
+}

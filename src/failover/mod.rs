@@ -1,0 +1,371 @@
+//! Failover: the operator owns each job's assignment and moves tasks off a failed pod within
+//! about a second, not at the reconcile's pace.
+//!
+//! One loop per job runs beside the reconciles while this process leads. A few times a second
+//! it asks every worker pod for its task reports (the heartbeat, [`health`]), decides the next
+//! assignment with the contract's rule from the live pods and each copy's lag ([`facts`]), and
+//! when the document changes it stores it first ([`store`]) and then sends it to every pod
+//! that answers. A pod whose process is gone (connection refused) loses its tasks at the next
+//! poll; a silent one (frozen, partitioned, its node lost) after [`health::SUSPECT_AFTER`].
+//! The promoted standby fences the old owner, so a wrong suspicion costs a handoff, never
+//! exactness.
+//!
+//! A new job's first document waits until every pod answers (up to [`FIRST_DECISION_WAIT`]),
+//! so tasks do not pile up on the first pod to start. A new leader reads the stored document
+//! back and goes on from it.
+
+pub mod facts;
+pub mod health;
+pub mod store;
+
+use crate::leadership::Leadership;
+use crate::metrics::Metrics;
+use crate::worker_client;
+use facts::PodFacts;
+use health::{Heartbeats, Poll};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, ListParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Client, ResourceExt};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use streamkeeper_contract::{AssignmentDocument, AssignmentFacts, TaskReport, next_assignment};
+use tokio::sync::watch;
+
+/// How often every pod is asked for its reports.
+pub const POLL_EVERY: Duration = Duration::from_millis(250);
+/// How long one poll may take before it counts as silence.
+const POLL_TIMEOUT: Duration = Duration::from_millis(400);
+/// How often the pod list is read from the apiserver.
+const LIST_EVERY: Duration = Duration::from_secs(1);
+/// How often an unchanged document is sent again (to a pod that restarted, say).
+const RESEND_EVERY: Duration = Duration::from_secs(1);
+/// The longest a new job waits for all its pods before the first document.
+pub const FIRST_DECISION_WAIT: Duration = Duration::from_secs(30);
+
+/// What the failover loop of one job needs to know of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailoverJob {
+    pub namespace: String,
+    pub name: String,
+    /// The job itself, owner of the stored document and subject of the Events.
+    pub owner: OwnerReference,
+    pub tasks: u32,
+    /// Pods the StatefulSet should have; 0 while suspended (nothing is decided then).
+    pub desired_pods: i32,
+    pub standby_replicas: u32,
+    pub acceptable_recovery_lag: i64,
+    pub port: u16,
+}
+
+/// What the loops share with the rest of the operator.
+#[derive(Clone)]
+pub struct FailoverDeps {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub leadership: Leadership,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The running loops, by `namespace/name`.
+#[derive(Default)]
+pub struct Failovers {
+    loops: Mutex<HashMap<String, watch::Sender<FailoverJob>>>,
+}
+
+impl Failovers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<FailoverJob>>> {
+        self.loops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Starts the job's loop, or hands it the job's current settings.
+    pub fn ensure(&self, deps: &FailoverDeps, job: FailoverJob) {
+        let key = format!("{}/{}", job.namespace, job.name);
+        let mut loops = self.lock();
+        if let Some(sender) = loops.get(&key)
+            && !sender.is_closed()
+        {
+            sender.send_if_modified(|current| {
+                let changed = *current != job;
+                if changed {
+                    *current = job.clone();
+                }
+                changed
+            });
+            return;
+        }
+        let (sender, receiver) = watch::channel(job);
+        tokio::spawn(run(deps.clone(), receiver));
+        loops.insert(key, sender);
+    }
+
+    /// Stops the job's loop (the job is being deleted).
+    pub fn stop(&self, namespace: &str, name: &str) {
+        self.lock().remove(&format!("{namespace}/{name}"));
+    }
+}
+
+/// The loop's memory between polls.
+struct LoopState {
+    document: Option<AssignmentDocument>,
+    read_back: bool,
+    heartbeats: Heartbeats,
+    /// The job's pods and their addresses (none until scheduled and started).
+    pods: Vec<(PodFacts, Option<String>)>,
+    listed_at: Option<Instant>,
+    sent_at: Option<Instant>,
+    started: Instant,
+}
+
+async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>) {
+    let mut state = LoopState {
+        document: None,
+        read_back: false,
+        heartbeats: Heartbeats::default(),
+        pods: Vec::new(),
+        listed_at: None,
+        sent_at: None,
+        started: Instant::now(),
+    };
+    let mut ticks = tokio::time::interval(POLL_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if job.has_changed().is_err() {
+            tracing::info!("failover loop stopped");
+            return;
+        }
+        let current = job.borrow_and_update().clone();
+        if deps.leadership.check().is_err() {
+            // A later leadership reads the stored document again: another leader may have
+            // moved it on meanwhile.
+            state.read_back = false;
+            continue;
+        }
+        if let Err(error) = tick(&deps, &current, &mut state).await {
+            tracing::warn!(job = %current.name, namespace = %current.namespace, %error, "failover loop: retrying next poll");
+        }
+    }
+}
+
+/// One poll: heartbeat, decide, store, send.
+async fn tick(
+    deps: &FailoverDeps,
+    job: &FailoverJob,
+    state: &mut LoopState,
+) -> Result<(), crate::controller::apply::ApiError> {
+    if !state.read_back {
+        state.document = store::read(&deps.client, &job.namespace, &job.name).await?;
+        state.read_back = true;
+    }
+    if state.listed_at.is_none_or(|at| at.elapsed() >= LIST_EVERY) {
+        state.pods = list_pods(&deps.client, job).await?;
+        state.listed_at = Some(Instant::now());
+        let names: Vec<String> = state.pods.iter().map(|(p, _)| p.name.clone()).collect();
+        state
+            .heartbeats
+            .retain(|pod| names.iter().any(|n| n == pod));
+    }
+    if job.desired_pods == 0 {
+        return Ok(());
+    }
+    let reports = poll_pods(job, state).await;
+    let now = Instant::now();
+    let pods: Vec<PodFacts> = state.pods.iter().map(|(p, _)| p.clone()).collect();
+    let places = facts::places(&pods, |pod| state.heartbeats.alive(pod, now));
+    let answered = pods
+        .iter()
+        .filter(|p| state.heartbeats.answered(&p.name))
+        .count();
+    let waiting_for_pods = state.document.is_none()
+        && answered < usize::try_from(job.desired_pods).unwrap_or(0)
+        && state.started.elapsed() < FIRST_DECISION_WAIT;
+    if places.is_empty() || waiting_for_pods {
+        return Ok(());
+    }
+    let copies = facts::copies(&reports);
+    let next = next_assignment(AssignmentFacts {
+        tasks: job.tasks,
+        pods: &places,
+        copies: &copies,
+        current: state.document.as_ref(),
+        standby_replicas: job.standby_replicas,
+        acceptable_recovery_lag: job.acceptable_recovery_lag,
+    });
+    let changed = state.document.as_ref() != Some(&next);
+    if changed {
+        store::write(&deps.client, &job.namespace, &job.name, &job.owner, &next).await?;
+        report_moves(deps, job, state, &next, &copies, now).await;
+        state.document = Some(next);
+    }
+    if changed || state.sent_at.is_none_or(|at| at.elapsed() >= RESEND_EVERY) {
+        send(job, state, now).await;
+        state.sent_at = Some(Instant::now());
+    }
+    Ok(())
+}
+
+/// The job's worker pods that exist and are not being deleted, with their addresses.
+async fn list_pods(
+    client: &Client,
+    job: &FailoverJob,
+) -> Result<Vec<(PodFacts, Option<String>)>, crate::controller::apply::ApiError> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &job.namespace);
+    let selector = crate::controller::labels::selector_string(&job.name);
+    let list = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|source| crate::controller::apply::ApiError {
+            action: "list",
+            kind: "Pod".into(),
+            namespace: job.namespace.clone(),
+            name: selector.clone(),
+            source,
+        })?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .map(|pod| {
+            let ip = pod.status.as_ref().and_then(|status| status.pod_ip.clone());
+            let node = pod.spec.as_ref().and_then(|spec| spec.node_name.clone());
+            let facts = PodFacts {
+                name: pod.name_any(),
+                node,
+                zone: None,
+            };
+            (facts, ip)
+        })
+        .collect())
+}
+
+/// Asks every pod for its reports at once; records each answer (or its absence).
+async fn poll_pods(job: &FailoverJob, state: &mut LoopState) -> Vec<(String, Vec<TaskReport>)> {
+    let calls = state.pods.iter().map(|(pod, ip)| async move {
+        let answer = match ip {
+            Some(ip) => Some(worker_client::task_reports(ip, job.port, POLL_TIMEOUT).await),
+            // Not started yet: silent, so it counts as starting until its grace is over.
+            None => None,
+        };
+        (pod.name.clone(), answer)
+    });
+    let answers = futures::future::join_all(calls).await;
+    let now = Instant::now();
+    let mut reports = Vec::new();
+    for (pod, answer) in answers {
+        let poll = match &answer {
+            Some(Ok(_)) => Poll::Answered,
+            Some(Err(worker_client::WorkerCallError::Unreachable { source, .. }))
+                if source.kind() == std::io::ErrorKind::ConnectionRefused =>
+            {
+                Poll::Refused
+            }
+            Some(Err(_)) | None => Poll::Silent,
+        };
+        state.heartbeats.record(&pod, poll, now);
+        if let Some(Ok(document)) = answer {
+            reports.push((pod, document.tasks));
+        }
+    }
+    reports
+}
+
+/// Sends the current document to every live pod.
+async fn send(job: &FailoverJob, state: &LoopState, now: Instant) {
+    let Some(document) = &state.document else {
+        return;
+    };
+    let calls = state
+        .pods
+        .iter()
+        .filter(|(pod, _)| state.heartbeats.reachable(&pod.name, now))
+        .filter_map(|(pod, ip)| Some((pod, ip.as_deref()?)))
+        .map(|(pod, ip)| async move {
+            let sent = worker_client::put_assignment(ip, job.port, document, POLL_TIMEOUT * 5).await;
+            if let Err(error) = sent {
+                tracing::warn!(pod = %pod.name, generation = document.generation, %error, "the assignment did not reach this pod; sending again");
+            }
+        });
+    futures::future::join_all(calls).await;
+}
+
+/// Logs, counts and publishes every task whose active moved: a promotion when its old owner
+/// is down, a handoff otherwise.
+async fn report_moves(
+    deps: &FailoverDeps,
+    job: &FailoverJob,
+    state: &LoopState,
+    next: &AssignmentDocument,
+    copies: &BTreeMap<u32, Vec<streamkeeper_contract::CopyLag>>,
+    now: Instant,
+) {
+    let Some(current) = &state.document else {
+        tracing::info!(job = %job.name, generation = next.generation, "first assignment");
+        return;
+    };
+    for (before, after) in current.tasks.iter().zip(&next.tasks) {
+        let (Some(from), Some(to)) = (&before.active, &after.active) else {
+            continue;
+        };
+        if from == to {
+            continue;
+        }
+        let lag = copies
+            .get(&after.task)
+            .and_then(|list| list.iter().find(|c| &c.pod == to))
+            .map(|c| c.lag);
+        let down = !state.heartbeats.alive(from, now);
+        let silent = state.heartbeats.silent_for(from, now);
+        let (reason, note) = if down {
+            deps.metrics.promotion(silent.unwrap_or_default());
+            (
+                "Promoted",
+                format!(
+                    "task {}: {to} took over from {from} (no answer for {:.1} s); its copy was {} records behind; generation {}",
+                    after.task,
+                    silent.unwrap_or_default().as_secs_f64(),
+                    lag.map_or("?".to_string(), |l| l.to_string()),
+                    next.generation
+                ),
+            )
+        } else {
+            deps.metrics.handoff();
+            (
+                "HandedOff",
+                format!(
+                    "task {}: moved from {from} to {to}, whose copy was {} records behind; generation {}",
+                    after.task,
+                    lag.map_or("?".to_string(), |l| l.to_string()),
+                    next.generation
+                ),
+            )
+        };
+        tracing::info!(job = %job.name, task = after.task, %from, %to, ?lag, ?silent, generation = next.generation, reason, "task moved");
+        publish(deps, job, reason, note).await;
+    }
+}
+
+async fn publish(deps: &FailoverDeps, job: &FailoverJob, reason: &str, note: String) {
+    let reference = ObjectReference {
+        api_version: Some(job.owner.api_version.clone()),
+        kind: Some(job.owner.kind.clone()),
+        name: Some(job.name.clone()),
+        namespace: Some(job.namespace.clone()),
+        uid: Some(job.owner.uid.clone()),
+        ..ObjectReference::default()
+    };
+    let event = Event {
+        type_: EventType::Normal,
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Assign".into(),
+        secondary: None,
+    };
+    if let Err(error) = deps.recorder.publish(&event, &reference).await {
+        tracing::warn!(job = %job.name, %error, "could not publish an Event");
+    }
+}
