@@ -3,7 +3,8 @@
 # writes bench-results/<name>.json.
 #
 #   tests/bench.sh            every bench
-#   tests/bench.sh worker     one of: worker, checkpoint_restore, checkpoint_overhead, assignment
+#   tests/bench.sh worker     one of: worker, checkpoint_restore, checkpoint_overhead, assignment,
+#                             failover
 #
 # Services this script starts are stopped when it ends; services already running are left alone.
 source "$(dirname "$0")/services/lib.sh"
@@ -13,9 +14,9 @@ services=tests/services
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$SK_CACHE/cargo-target}"
 
 benches=("$@")
-(( ${#benches[@]} )) || benches=(worker checkpoint_restore checkpoint_overhead assignment)
-declare -A needs=([worker]="kafka" [checkpoint_restore]="s3" [checkpoint_overhead]="kafka s3" [assignment]="")
-declare -A ports=([kafka]=19092 [s3]=18333)
+(( ${#benches[@]} )) || benches=(worker checkpoint_restore checkpoint_overhead assignment failover)
+declare -A needs=([worker]="kafka" [checkpoint_restore]="s3" [checkpoint_overhead]="kafka s3" [assignment]="" [failover]="kafka s3 kube")
+declare -A ports=([kafka]=19092 [s3]=18333 [kube]=16443)
 
 started=()
 stop_services() {
@@ -44,6 +45,15 @@ for bench in "${benches[@]}"; do
     # Pure CPU in the contract crate: its release build takes seconds, not the workspace's.
     log "== bench $bench ($(date +%T))"
     cargo bench --locked -p streamkeeper-contract --bench assignment
+    continue
+  fi
+  if [[ $bench == failover ]]; then
+    # The whole system on the test build (worker, node agent and operator binaries): the time
+    # is Kafka round trips, fencing and the heartbeat, not CPU; the dev profile shares the
+    # test command's compile.
+    log "== bench $bench ($(date +%T)); about 3 minutes per scenario"
+    cargo build --workspace --all-targets --locked
+    cargo bench --workspace --locked --profile dev --bench failover
     continue
   fi
   log "== bench $bench ($(date +%T)); release build, cold: ~20-30 min"

@@ -7,6 +7,7 @@
 pub mod support;
 
 pub mod cards;
+pub mod failover;
 pub mod process;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};

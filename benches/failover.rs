@@ -1,0 +1,142 @@
+//! Bench: failover time through the whole system (operator binary, local node agent, worker
+//! processes, real Kafka, S3 and apiserver), from the failure of a task's owner to the first
+//! committed transaction of its new owner, over many failures while input flows:
+//! - `standby`: 3 pods, 1 standby per task, the owner killed with kill -9;
+//! - `no-standby`: the same without standbys (the task restarts on the returning pod's volume,
+//!   or is restored on another pod);
+//! - `frozen`: 1 standby, the owner frozen with SIGSTOP (resumed after its task moved).
+//!
+//! Needs the real services (`tests/services/{kafka,s3,kube}.sh start`, their `env` exported).
+//! Run: `tests/bench.sh failover` (BENCH_FAILURES per scenario, default 20; BENCH_SCENARIOS,
+//! default all three). It runs on the debug build the tests use (`--profile dev`): the time is
+//! Kafka round trips, fencing and the heartbeat, not CPU. Prints the figures and writes them as
+//! JSON to `$BENCH_OUT` (default `target/bench/failover.json` under the cargo target dir).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // bench code
+
+#[path = "../tests/operator_support/mod.rs"]
+mod operator_support;
+
+use operator_support::failover::*;
+use std::process::Command;
+use std::time::Duration;
+
+struct Scenario {
+    name: &'static str,
+    standbys: i32,
+    signal: &'static str,
+}
+
+const SCENARIOS: [Scenario; 3] = [
+    Scenario {
+        name: "standby",
+        standbys: 1,
+        signal: "KILL",
+    },
+    Scenario {
+        name: "no-standby",
+        standbys: 0,
+        signal: "KILL",
+    },
+    Scenario {
+        name: "frozen",
+        standbys: 1,
+        signal: "STOP",
+    },
+];
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+async fn run(scenario: &Scenario, failures: u32) -> serde_json::Value {
+    let system = System::start(
+        &format!("bench-{}", scenario.name),
+        3,
+        scenario.standbys,
+        1_000,
+    )
+    .await;
+    system.settled(scenario.standbys as usize).await;
+    let chunks = failures * 80;
+    let producing = produce_in_background(&system.input, 1_000, chunks);
+    let mut seconds = Vec::new();
+    for failure in 0..failures {
+        let task = failure % PARTITIONS as u32;
+        let (victim, owner, took) = system.fail_owner_of(task, scenario.signal).await;
+        if scenario.signal == "STOP" {
+            let pid = system.pid_of(&victim).await.unwrap();
+            Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+        }
+        eprintln!(
+            "{} #{failure}: task {task} from {victim} to {owner} in {:.3} s",
+            scenario.name,
+            took.as_secs_f64()
+        );
+        seconds.push(took.as_secs_f64());
+        // The failed pod is back and every copy is warm again before the next failure.
+        system.settled(scenario.standbys as usize).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    producing.join().unwrap();
+    let events = 1_000 + chunks * 100;
+    wait_until("exactly one count per event", async || {
+        operator_support::cards::exact_output(&system.output, PARTITIONS, events)
+    })
+    .await;
+    system.clean_up().await;
+    let mut sorted = seconds.clone();
+    sorted.sort_by(f64::total_cmp);
+    let (p50, p99) = (percentile(&sorted, 0.5), percentile(&sorted, 0.99));
+    println!(
+        "failover {:<10} p50 {p50:.3} s, p99 {p99:.3} s, max {:.3} s over {failures} failures; output exact",
+        scenario.name,
+        sorted.last().copied().unwrap_or_default()
+    );
+    serde_json::json!({
+        "scenario": scenario.name,
+        "standbyReplicas": scenario.standbys,
+        "signal": scenario.signal,
+        "failures": failures,
+        "p50Seconds": p50,
+        "p99Seconds": p99,
+        "maxSeconds": sorted.last(),
+        "samplesSeconds": seconds,
+        "outputExact": true,
+    })
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let failures: u32 = std::env::var("BENCH_FAILURES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let wanted = std::env::var("BENCH_SCENARIOS").unwrap_or_default();
+    let mut results = Vec::new();
+    for scenario in &SCENARIOS {
+        if wanted.is_empty() || wanted.split(',').any(|w| w == scenario.name) {
+            results.push(run(scenario, failures).await);
+        }
+    }
+    let json = serde_json::json!({
+        "bench": "failover",
+        "profile": "dev",
+        "pods": 3,
+        "tasks": PARTITIONS,
+        "failoverBoundP50Seconds": 2.0,
+        "failoverBoundP99Seconds": 5.0,
+        "kafkaStreamsKilledSeconds": 43.0,
+        "kafkaStreamsMinSessionTimeoutSeconds": 6.4,
+        "results": results,
+    });
+    let out = std::env::var("BENCH_OUT").unwrap_or_else(|_| {
+        let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+        format!("{target}/bench/failover.json")
+    });
+    if let Some(dir) = std::path::Path::new(&out).parent() {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(&out, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+    println!("written to {out}");
+}

@@ -1,0 +1,257 @@
+//! A running job for the failover test and bench: a namespace, topics, the local node agent
+//! running the worker pods, the operator binary, and the job with its replicas and standbys;
+//! the pods' task reports and the stored assignment read back; a pod's process killed or
+//! frozen, and the time until its task commits on another owner measured.
+
+use super::cards::*;
+use super::{client, create_topic, delete_namespace, job, namespace, support};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use streamkeeper::api::StatefulStreamJob;
+use streamkeeper_contract::task_report::{TaskPhase, TaskReport, TaskRole};
+use streamkeeper_contract::{AssignmentDocument, Versioned};
+
+pub const PARTITIONS: i32 = 4;
+pub const CARDS: u32 = 60;
+pub const WAIT: Duration = Duration::from_secs(180);
+const NAME: &str = "cards";
+
+/// The job and everything it runs on; dropped, it stops the processes.
+pub struct System {
+    pub client: kube::Client,
+    pub namespace: String,
+    pub name: &'static str,
+    pub input: String,
+    pub output: String,
+    pub node: String,
+    pub dir: tempfile::TempDir,
+    _node_agent: Process,
+    _operator: Process,
+}
+
+impl System {
+    /// Starts it all with `replicas` pods and `standbys` standbys per task, after `events`
+    /// input events are produced.
+    pub async fn start(prefix: &str, replicas: i32, standbys: i32, events: u32) -> Self {
+        let client = client().await;
+        let namespace = namespace(&client, prefix).await;
+        let input = support::unique_name(&format!("{prefix}-in"));
+        create_topic(&input, PARTITIONS, &[]).await;
+        let output = format!("{input}-out");
+        create_topic(&output, PARTITIONS, &[]).await;
+        let node = support::unique_name(&format!("sk-{prefix}-node"));
+        let dir = tempfile::tempdir().unwrap();
+        let taint_key = "streamkeeper.dev/test-node";
+        let node_agent = Process::spawn(
+            "node agent",
+            Command::new(sibling_binary("streamkeeper-local-node"))
+                .args(["--node-name", &node, "--root"])
+                .arg(dir.path().join("node"))
+                .arg("--image")
+                .arg(format!(
+                    "streamkeeper/worker={}",
+                    sibling_binary("streamkeeper-worker").display()
+                ))
+                .args(["--taint", &format!("{taint_key}={node}:NoSchedule")])
+                .args(["--provision-namespace", &namespace])
+                .args(["--first-pod-address", "120"])
+                .env("RUST_LOG", "info"),
+            dir.path().join("node.log"),
+        );
+        let operator = Process::spawn(
+            "operator",
+            Command::new(env!("CARGO_BIN_EXE_streamkeeper-operator"))
+                .args(["run", "--namespace", &namespace])
+                .args(["--metrics-addr", "127.0.0.1:0"])
+                .env("RUST_LOG", "info"),
+            dir.path().join("operator.log"),
+        );
+        let prefix_s3 = support::unique_name(prefix);
+        let mut value = serde_json::to_value(job(NAME, &input, &prefix_s3)).unwrap();
+        value["spec"]["replicas"] = serde_json::json!(replicas);
+        value["spec"]["standbyReplicas"] = serde_json::json!(standbys);
+        value["spec"]["checkpoint"]["interval"] = serde_json::json!("10s");
+        value["spec"]["pod"] = serde_json::json!({
+            "nodeSelector": { "kubernetes.io/hostname": node },
+            "tolerations": [{ "key": taint_key, "operator": "Equal", "value": node, "effect": "NoSchedule" }],
+        });
+        let spec: StatefulStreamJob = serde_json::from_value(value).unwrap();
+        produce_cards(&input, CARDS, 0..events);
+        let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), &namespace);
+        jobs.create(&PostParams::default(), &spec).await.unwrap();
+        Self {
+            client,
+            namespace,
+            name: NAME,
+            input,
+            output,
+            node,
+            dir,
+            _node_agent: node_agent,
+            _operator: operator,
+        }
+    }
+
+    pub async fn pods(&self) -> Vec<Pod> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let selector = streamkeeper::controller::labels::selector_string(self.name);
+        api.list(&ListParams::default().labels(&selector))
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Each answering pod's task reports, by pod name (all pods asked at once, so a frozen
+    /// one costs one timeout, not one per pod).
+    pub async fn reports(&self) -> BTreeMap<String, Vec<TaskReport>> {
+        let pods = self.pods().await;
+        let calls = pods.iter().filter_map(|pod| {
+            let ip = pod.status.as_ref()?.pod_ip.clone()?;
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            Some(async move {
+                let answer = streamkeeper::worker_client::task_reports(
+                    &ip,
+                    8080,
+                    Duration::from_millis(300),
+                )
+                .await;
+                answer.ok().map(|document| (name, document.tasks))
+            })
+        });
+        futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// The assignment the operator stored.
+    pub async fn document(&self) -> Option<AssignmentDocument> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
+        let map = api
+            .get_opt(&format!("{}-assignment", self.name))
+            .await
+            .unwrap()?;
+        let text = map.data?.remove("assignment.json")?;
+        AssignmentDocument::from_json(text.as_bytes()).ok()
+    }
+
+    /// The worker process of `pod` (the node agent names it in the container id).
+    pub async fn pid_of(&self, pod: &str) -> Option<String> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let pod = api.get(pod).await.ok()?;
+        let id = pod
+            .status?
+            .container_statuses?
+            .first()?
+            .container_id
+            .clone()?;
+        id.strip_prefix("local://").map(str::to_string)
+    }
+
+    /// Waits until every task runs on its owner and has `standbys` warm standbys; the document.
+    pub async fn settled(&self, standbys: usize) -> AssignmentDocument {
+        wait_until("every task owned, standbys warm", async || {
+            let document = self.document().await?;
+            settled(&document, &self.reports().await, standbys).then_some(document)
+        })
+        .await
+    }
+
+    /// Sends `signal` (`KILL`, `STOP`) to the process of `task`'s owner; returns the owner and
+    /// how long until another pod committed a transaction of `task`.
+    pub async fn fail_owner_of(&self, task: u32, signal: &str) -> (String, String, Duration) {
+        let document = self.document().await.unwrap();
+        let victim = document.tasks[task as usize].active.clone().unwrap();
+        let pid = self.pid_of(&victim).await.expect("the owner's process");
+        let failed = Instant::now();
+        let sent = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{signal} {pid}");
+        let (owner, took) = wait_until("the task commits on a new owner", async || {
+            let reports = self.reports().await;
+            reports.iter().find_map(|(pod, list)| {
+                let committed = list.iter().any(|r| {
+                    r.task == task
+                        && r.role == TaskRole::Active
+                        && r.phase == TaskPhase::Running
+                        && r.committed_transactions >= 1
+                });
+                (pod != &victim && committed).then(|| (pod.clone(), failed.elapsed()))
+            })
+        })
+        .await;
+        (victim, owner, took)
+    }
+
+    /// Deletes the job, the namespace and the node.
+    pub async fn clean_up(self) {
+        let jobs: Api<StatefulStreamJob> = Api::namespaced(self.client.clone(), &self.namespace);
+        let _ = jobs.delete(self.name, &DeleteParams::default()).await;
+        delete_namespace(&self.client, &self.namespace).await;
+        let _ = Api::<Node>::all(self.client.clone())
+            .delete(&self.node, &DeleteParams::default())
+            .await;
+    }
+}
+
+fn runs(
+    reports: &BTreeMap<String, Vec<TaskReport>>,
+    pod: &str,
+    task: u32,
+    role: TaskRole,
+) -> Option<TaskReport> {
+    reports
+        .get(pod)?
+        .iter()
+        .find(|r| r.task == task && r.role == role && r.phase == TaskPhase::Running)
+        .cloned()
+}
+
+/// Every task runs on its document owner, with `standbys` warm standbys.
+pub fn settled(
+    document: &AssignmentDocument,
+    reports: &BTreeMap<String, Vec<TaskReport>>,
+    standbys: usize,
+) -> bool {
+    document.tasks.iter().all(|task| {
+        let Some(owner) = &task.active else {
+            return false;
+        };
+        task.standbys.len() == standbys
+            && runs(reports, owner, task.task, TaskRole::Active).is_some()
+            && task.standbys.iter().all(|standby| {
+                runs(reports, standby, task.task, TaskRole::Standby)
+                    .is_some_and(|r| r.changelog_lag.is_some_and(|lag| lag <= 50))
+            })
+    })
+}
+
+/// Polls `probe` every 100 ms until it returns a value; panics after [`WAIT`].
+pub async fn wait_until<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {WAIT:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Produces `chunks` chunks of 100 events from `from` on a thread, one every 100 ms.
+pub fn produce_in_background(input: &str, from: u32, chunks: u32) -> std::thread::JoinHandle<()> {
+    let input = input.to_string();
+    std::thread::spawn(move || {
+        for chunk in 0..chunks {
+            let start = from + chunk * 100;
+            produce_cards(&input, CARDS, start..start + 100);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+}
