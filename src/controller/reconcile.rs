@@ -17,6 +17,7 @@ use crate::controller::operations::{self, RollState};
 use crate::controller::status::{self, Observation, PhaseInputs, condition};
 use crate::controller::task_status::{self, TaskView};
 use crate::controller::update_status::update_status;
+use crate::controller::worker_token::WorkerTokenError;
 use crate::controller::{Facts, ValidatedJob, build, validate};
 use crate::kafka_admin::{KafkaAdmin, KafkaAdminError, KafkaAdmins};
 use crate::kafka_security::{KafkaClientSecurity, KafkaSecretError};
@@ -133,6 +134,8 @@ pub enum ReconcileError {
     Finalizer(Box<finalizer::Error<ReconcileError>>),
     #[error(transparent)]
     NotLeading(#[from] NotLeading),
+    #[error(transparent)]
+    WorkerToken(#[from] WorkerTokenError),
 }
 
 impl ReconcileError {
@@ -145,6 +148,7 @@ impl ReconcileError {
             ReconcileError::S3Credentials { .. } => reasons::S3_UNAVAILABLE,
             ReconcileError::KafkaCredentials(_) => reasons::KAFKA_CREDENTIALS,
             ReconcileError::NotLeading(_) => reasons::NOT_LEADING,
+            ReconcileError::WorkerToken(error) => error.category(),
             ReconcileError::Finalizer(error) => match error.as_ref() {
                 finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => {
                     inner.category()
@@ -166,6 +170,8 @@ impl From<ApplyError> for ReconcileError {
         match error {
             ApplyError::Api(error) => error.into(),
             ApplyError::Kafka(error) => ReconcileError::Kafka(error),
+            ApplyError::WorkerToken(WorkerTokenError::Api(error)) => ReconcileError::Api(error),
+            ApplyError::WorkerToken(error) => ReconcileError::WorkerToken(error),
         }
     }
 }
@@ -411,13 +417,11 @@ async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
         None
     };
 
-    let uid = job.uid().unwrap_or_default();
     let outcome = apply::apply(
         &ctx.client,
         &kafka,
         &validated.namespace,
         &validated.name,
-        &uid,
         &desired,
     )
     .await;

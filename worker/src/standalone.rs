@@ -1,6 +1,9 @@
 //! Standalone mode: one worker runs every partition of a job as an active task (the demo and
 //! the worker tests use it). Task threads do the Kafka and RocksDB work; the async runtime only
 //! serves HTTP and waits for signals.
+//!
+//! Requests that change the worker (`POST /v1/checkpoints`) need the token in `http.tokenFile`
+//! (or `--http-token-file`), as in a cluster; with none configured they are refused, never open.
 
 use crate::checkpoint::CheckpointService;
 use crate::http;
@@ -37,6 +40,8 @@ pub enum StandaloneError {
     Discovery(#[source] tokio::task::JoinError),
     #[error("{RESTORE_REQUEST_ENV} holds no valid restore request: {0}")]
     RestoreRequest(#[source] streamkeeper_contract::FormatError),
+    #[error(transparent)]
+    TokenFile(#[from] http::TokenFileError),
 }
 
 pub fn run(config: WorkerConfig, share: TaskShare) -> Result<(), StandaloneError> {
@@ -76,10 +81,24 @@ async fn run_async(config: WorkerConfig, share: TaskShare) -> Result<(), Standal
             address: address.clone(),
             source,
         })?;
+    let token = http::TokenSource::from_config(context.config.http.token_file.as_deref());
+    // A token file that is there but unusable is a broken deployment: say so now, not at the
+    // first checkpoint request.
+    match token.current().await? {
+        Some(_) => {
+            tracing::info!(token_file = ?context.config.http.token_file, "requests that change the worker need the token in http.tokenFile");
+        }
+        None => {
+            tracing::warn!(
+                "no http.tokenFile: POST /v1/checkpoints (every request but a read) is refused"
+            );
+        }
+    }
     let app = http::router(
         context.board.clone(),
         context.metrics.clone(),
         context.checkpoints.clone(),
+        token,
     );
     let companion = listener
         .local_addr()
