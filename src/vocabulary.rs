@@ -63,6 +63,8 @@ pub mod reasons {
     pub const S3_UNAVAILABLE: &str = "S3Unavailable";
     // Errors of the apiserver itself (metric label and Event reason only)
     pub const API_ERROR: &str = "ApiError";
+    // The job's worker token Secret exists but holds no usable token (metric label and Event reason)
+    pub const WORKER_TOKEN_UNUSABLE: &str = "WorkerTokenUnusable";
     // A write refused because this process no longer leads (metric label only)
     pub const NOT_LEADING: &str = "NotLeading";
     // Suspended

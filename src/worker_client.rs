@@ -1,19 +1,22 @@
 //! The operator's calls to a worker's HTTP port: `GET /v1/tasks` (each task's report, for the
 //! job's status) and `POST /v1/checkpoints` (take a checkpoint of every active task now, answered
-//! when the manifests are written), before suspend.
+//! when the manifests are written), before suspend. The second changes the worker, so it carries
+//! the job's worker token (`Authorization: Bearer`); paths and header are the contract's
+//! `worker_http`.
 //!
 //! A plain HTTP/1.1 exchange over one TCP connection: one request, the answer read to the end,
 //! connection closed. That is all this needs, and it keeps an HTTP client stack out of the
 //! operator.
 
 use std::time::Duration;
-use streamkeeper_contract::{AssignmentDocument, TaskReportsDocument, Versioned};
+use streamkeeper_contract::worker_http::{
+    ASSIGNMENT_PATH, AUTHORIZATION_HEADER, CHECKPOINTS_PATH, TASKS_PATH,
+};
+use streamkeeper_contract::{
+    AssignmentDocument, ErrorDocument, TaskReportsDocument, Versioned, WorkerToken,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-pub const CHECKPOINT_PATH: &str = "/v1/checkpoints";
-pub const TASKS_PATH: &str = "/v1/tasks";
-pub const ASSIGNMENT_PATH: &str = "/v1/assignment";
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerCallError {
@@ -30,11 +33,13 @@ pub enum WorkerCallError {
         port: u16,
         timeout: Duration,
     },
-    #[error("worker {host}:{port} answered {status_line:?}")]
+    #[error("worker {host}:{port} answered {status_line:?}{}", detail.as_ref().map(|d| format!(": {d}")).unwrap_or_default())]
     Refused {
         host: String,
         port: u16,
         status_line: String,
+        /// The worker's own reason, when the body is its error document.
+        detail: Option<String>,
     },
     #[error("worker {host}:{port} answered something unreadable: {reason}")]
     Unreadable {
@@ -44,35 +49,39 @@ pub enum WorkerCallError {
     },
 }
 
-/// `POST /v1/checkpoints` on `host:port`; `Ok` on a 2xx answer.
+/// `POST /v1/checkpoints` on `host:port` with the job's `token` (`None` when the job has no
+/// token Secret yet: the worker then refuses, and says why); `Ok` on a 2xx answer.
 pub async fn request_checkpoint(
     host: &str,
     port: u16,
+    token: Option<&WorkerToken>,
     timeout: Duration,
 ) -> Result<(), WorkerCallError> {
-    exchange(host, port, "POST", CHECKPOINT_PATH, b"", timeout)
-        .await
-        .map(drop)
+    let request = Request {
+        method: "POST",
+        path: CHECKPOINTS_PATH,
+        authorization: token.map(WorkerToken::authorization),
+        body: Vec::new(),
+    };
+    exchange(host, port, &request, timeout).await.map(drop)
 }
 
-/// `PUT /v1/assignment` on `host:port`: the worker acts on `document` (or refuses an older
-/// generation than it has seen, which is a `Refused` error).
+/// `PUT /v1/assignment` on `host:port` with the job's `token`: the worker acts on `document`,
+/// or refuses an older generation than it has seen (a `Refused` error).
 pub async fn put_assignment(
     host: &str,
     port: u16,
+    token: Option<&WorkerToken>,
     document: &AssignmentDocument,
     timeout: Duration,
 ) -> Result<(), WorkerCallError> {
-    exchange(
-        host,
-        port,
-        "PUT",
-        ASSIGNMENT_PATH,
-        &document.to_json(),
-        timeout,
-    )
-    .await
-    .map(drop)
+    let request = Request {
+        method: "PUT",
+        path: ASSIGNMENT_PATH,
+        authorization: token.map(WorkerToken::authorization),
+        body: document.to_json(),
+    };
+    exchange(host, port, &request, timeout).await.map(drop)
 }
 
 /// `GET /v1/tasks` on `host:port`: the reports of every task the worker hosts.
@@ -81,7 +90,13 @@ pub async fn task_reports(
     port: u16,
     timeout: Duration,
 ) -> Result<TaskReportsDocument, WorkerCallError> {
-    let body = exchange(host, port, "GET", TASKS_PATH, b"", timeout).await?;
+    let request = Request {
+        method: "GET",
+        path: TASKS_PATH,
+        authorization: None,
+        body: Vec::new(),
+    };
+    let body = exchange(host, port, &request, timeout).await?;
     TaskReportsDocument::from_json(&body).map_err(|error| WorkerCallError::Unreadable {
         host: host.to_string(),
         port,
@@ -89,16 +104,24 @@ pub async fn task_reports(
     })
 }
 
+/// A request without a body.
+struct Request {
+    method: &'static str,
+    path: &'static str,
+    /// The value of the `Authorization` header, if any.
+    authorization: Option<String>,
+    /// A JSON body (empty for none).
+    body: Vec<u8>,
+}
+
 /// One request; the body of a 2xx answer.
 async fn exchange(
     host: &str,
     port: u16,
-    method: &str,
-    path: &str,
-    body: &[u8],
+    request: &Request,
     timeout: Duration,
 ) -> Result<Vec<u8>, WorkerCallError> {
-    match tokio::time::timeout(timeout, exchange_unbounded(host, port, method, path, body)).await {
+    match tokio::time::timeout(timeout, exchange_unbounded(host, port, request)).await {
         Ok(result) => result,
         Err(_) => Err(WorkerCallError::Timeout {
             host: host.to_string(),
@@ -111,9 +134,7 @@ async fn exchange(
 async fn exchange_unbounded(
     host: &str,
     port: u16,
-    method: &str,
-    path: &str,
-    body: &[u8],
+    request: &Request,
 ) -> Result<Vec<u8>, WorkerCallError> {
     let unreachable = |source| WorkerCallError::Unreachable {
         host: host.to_string(),
@@ -123,13 +144,28 @@ async fn exchange_unbounded(
     let mut stream = TcpStream::connect((host, port))
         .await
         .map_err(unreachable)?;
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+    let Request {
+        method,
+        path,
+        authorization,
+        body,
+    } = request;
+    let authorization = authorization
+        .as_ref()
+        .map(|value| format!("{AUTHORIZATION_HEADER}: {value}\r\n"))
+        .unwrap_or_default();
+    let content_type = if body.is_empty() {
+        ""
+    } else {
+        "Content-Type: application/json\r\n"
+    };
+    let mut bytes = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{authorization}{content_type}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();
-    request.extend_from_slice(body);
-    stream.write_all(&request).await.map_err(unreachable)?;
+    bytes.extend_from_slice(body);
+    stream.write_all(&bytes).await.map_err(unreachable)?;
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).await.map_err(unreachable)?;
     let unreadable = |reason: &str| WorkerCallError::Unreadable {
@@ -148,22 +184,26 @@ async fn exchange_unbounded(
         .split_whitespace()
         .nth(1)
         .is_some_and(|code| code.starts_with('2'));
+    let chunked = head.lines().any(|line| {
+        let line = line.to_ascii_lowercase();
+        line.starts_with("transfer-encoding:") && line.contains("chunked")
+    });
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        Some(body.to_vec())
+    };
     if !success {
         return Err(WorkerCallError::Refused {
             host: host.to_string(),
             port,
             status_line,
+            detail: body
+                .and_then(|body| ErrorDocument::from_json(&body).ok())
+                .map(|document| document.error),
         });
     }
-    let chunked = head.lines().any(|line| {
-        let line = line.to_ascii_lowercase();
-        line.starts_with("transfer-encoding:") && line.contains("chunked")
-    });
-    if chunked {
-        dechunk(body).ok_or_else(|| unreadable("a broken chunked body"))
-    } else {
-        Ok(body.to_vec())
-    }
+    body.ok_or_else(|| unreadable("a broken chunked body"))
 }
 
 /// The payload of a `Transfer-Encoding: chunked` body.
@@ -185,16 +225,27 @@ fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use streamkeeper_contract::worker_http::TOKEN_BYTES;
     use tokio::net::TcpListener;
+    use tokio::task::JoinHandle;
 
-    async fn serve_once(answer: &'static str) -> u16 {
-        serve_once_at(CHECKPOINT_PATH, "POST", answer).await
+    fn token() -> WorkerToken {
+        WorkerToken::from_random_bytes(&[7; TOKEN_BYTES])
     }
 
-    async fn serve_once_at(path: &'static str, method: &'static str, answer: &'static str) -> u16 {
+    /// Answers one request with `answer`; the handle yields the request's head.
+    async fn serve_once(answer: &'static str) -> (u16, JoinHandle<String>) {
+        serve_once_at(CHECKPOINTS_PATH, "POST", answer).await
+    }
+
+    async fn serve_once_at(
+        path: &'static str,
+        method: &'static str,
+        answer: &'static str,
+    ) -> (u16, JoinHandle<String>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move {
+        let handle = tokio::spawn(async move {
             let (mut socket, _) = listener.accept().await.unwrap();
             let mut buffer = [0u8; 1024];
             let read = socket.read(&mut buffer).await.unwrap();
@@ -204,21 +255,62 @@ mod tests {
                 "{request}"
             );
             socket.write_all(answer.as_bytes()).await.unwrap();
+            request
         });
-        port
+        (port, handle)
     }
 
     #[tokio::test]
     async fn a_2xx_answer_is_success_and_anything_else_is_refused() {
-        let port = serve_once("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await;
-        request_checkpoint("127.0.0.1", port, Duration::from_secs(5))
+        let (port, _) = serve_once("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await;
+        request_checkpoint("127.0.0.1", port, Some(&token()), Duration::from_secs(5))
             .await
             .unwrap();
-        let port = serve_once("HTTP/1.1 503 Service Unavailable\r\n\r\n").await;
-        let error = request_checkpoint("127.0.0.1", port, Duration::from_secs(5))
+        let (port, _) = serve_once("HTTP/1.1 503 Service Unavailable\r\n\r\n").await;
+        let error = request_checkpoint("127.0.0.1", port, Some(&token()), Duration::from_secs(5))
             .await
             .unwrap_err();
         assert!(error.to_string().contains("503"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_request_carries_the_token_and_a_read_does_not() {
+        let (port, request) = serve_once("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await;
+        request_checkpoint("127.0.0.1", port, Some(&token()), Duration::from_secs(5))
+            .await
+            .unwrap();
+        let head = request.await.unwrap();
+        let expected = format!("\r\nauthorization: Bearer {}\r\n", token().as_str());
+        assert!(head.contains(&expected), "{head}");
+
+        let (port, request) = serve_once_at(
+            TASKS_PATH,
+            "GET",
+            "HTTP/1.1 200 OK\r\n\r\n{\"version\":1,\"tasks\":[]}",
+        )
+        .await;
+        task_reports("127.0.0.1", port, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let head = request.await.unwrap();
+        assert!(
+            !head.to_ascii_lowercase().contains("authorization"),
+            "{head}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refusal_carries_the_workers_reason() {
+        let (port, _) = serve_once(
+            "HTTP/1.1 401 Unauthorized\r\ncontent-length: 40\r\n\r\n{\"version\":1,\"error\":\"wrong token here\"}",
+        )
+        .await;
+        let error = request_checkpoint("127.0.0.1", port, None, Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        let message = error.to_string();
+        assert!(message.contains("401 Unauthorized"), "{message}");
+        assert!(message.ends_with(": wrong token here"), "{message}");
     }
 
     #[tokio::test]
@@ -240,13 +332,14 @@ mod tests {
         );
         for answer in [plain, chunked] {
             let answer: &'static str = Box::leak(answer.into_boxed_str());
-            let port = serve_once_at(TASKS_PATH, "GET", answer).await;
+            let (port, _) = serve_once_at(TASKS_PATH, "GET", answer).await;
             let got = task_reports("127.0.0.1", port, Duration::from_secs(5))
                 .await
                 .unwrap();
             assert_eq!(got, document);
         }
-        let port = serve_once_at(TASKS_PATH, "GET", "HTTP/1.1 200 OK\r\n\r\n{\"version\":9}").await;
+        let (port, _) =
+            serve_once_at(TASKS_PATH, "GET", "HTTP/1.1 200 OK\r\n\r\n{\"version\":9}").await;
         let error = task_reports("127.0.0.1", port, Duration::from_secs(5))
             .await
             .unwrap_err();
@@ -258,7 +351,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let error = request_checkpoint("127.0.0.1", port, Duration::from_secs(5))
+        let error = request_checkpoint("127.0.0.1", port, None, Duration::from_secs(5))
             .await
             .unwrap_err();
         assert!(

@@ -48,6 +48,59 @@ fn the_chart_lints_strictly_with_default_and_custom_values() {
     );
 }
 
+/// The operator's rules (ClusterRole by default, Role with `watchNamespace`) hand the workers no
+/// API access: no verbs on ServiceAccounts, Roles or RoleBindings; Secrets only `get` (by name)
+/// and `create` (the job's worker token); pods only what rolling and reporting need.
+#[test]
+fn the_operators_rbac_gives_workers_nothing_and_secrets_only_get_and_create() {
+    for (values, kind) in [("", "ClusterRole"), ("watchNamespace: payments\n", "Role")] {
+        let file = values_file(values);
+        let rendered = objects(&render(
+            "sk",
+            "streamkeeper-system",
+            &["--values", file.path().to_str().unwrap()],
+        ));
+        let role = find(&rendered, kind, Some("sk-streamkeeper"));
+        let rules = role["rules"].as_array().unwrap();
+        let verbs_on = |group: &str, resource: &str| -> Vec<String> {
+            rules
+                .iter()
+                .filter(|rule| {
+                    rule["apiGroups"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|g| g == group)
+                })
+                .filter(|rule| {
+                    rule["resources"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|r| r == resource)
+                })
+                .flat_map(|rule| rule["verbs"].as_array().unwrap().clone())
+                .map(|verb| verb.as_str().unwrap().to_string())
+                .collect()
+        };
+        assert!(
+            !rules.iter().any(|rule| rule["apiGroups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|g| g == "rbac.authorization.k8s.io")),
+            "{kind}: {role}"
+        );
+        assert_eq!(
+            verbs_on("", "serviceaccounts"),
+            Vec::<String>::new(),
+            "{kind}"
+        );
+        assert_eq!(verbs_on("", "secrets"), ["get", "create"], "{kind}");
+        assert_eq!(verbs_on("", "pods"), ["list", "delete"], "{kind}");
+    }
+}
+
 async fn create_namespace(client: &Client, prefix: &str, labels: Value) -> String {
     let name = support::unique_name(prefix);
     let namespace: Namespace =

@@ -1,8 +1,9 @@
 //! The chart's RBAC is enough, and no more than the operator needs: with the apiserver
 //! impersonating the chart's ServiceAccount, the operator's own code elects a leader through its
-//! Lease, reconciles a job against the real Kafka and S3 (every owned object applied, the status
-//! and Events written, its own worker ServiceAccount deleted when the job names another one) and
-//! removes its finalizer on deletion; the same identity is refused what the chart does not grant.
+//! Lease, reconciles a job against the real Kafka and S3 (every owned object applied, the job's
+//! worker token Secret created, the status and Events written) and removes its finalizer on
+//! deletion; the same identity is refused what the chart does not grant (listing or deleting
+//! Secrets, creating Roles: the workers get no API access to hand out).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod chart_support;
@@ -11,7 +12,8 @@ mod operator_support;
 use chart_support::{kubectl, render, succeed};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::rbac::v1::Role;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, Config};
 use operator_support::{support, *};
 use std::process::Command;
@@ -146,27 +148,30 @@ async fn the_operator_leads_and_reconciles_with_only_the_charts_rbac() {
         },
     )
     .await;
+    // The job's worker token Secret, created by the operator's identity (`create` on Secrets),
+    // and nothing that gives the workers an identity of their own.
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
+    let token_secret = secrets.get(&format!("{name}-worker-token")).await.unwrap();
+    assert!(token_secret.data.unwrap().contains_key("token"));
     let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), &ns);
-    let worker_account = format!("{name}-worker");
-    assert!(accounts.get_opt(&worker_account).await.unwrap().is_some());
-
-    // The job names its own account: the operator deletes the one it made.
-    jobs_admin
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"pod": {"serviceAccountName": "payments"}}})),
-        )
-        .await
-        .unwrap();
-    reconcile_until(
-        &ctx,
-        &jobs,
-        name,
-        "the worker account deleted",
-        async || accounts.get_opt(&worker_account).await.unwrap().is_none(),
-    )
-    .await;
+    assert!(
+        accounts
+            .get_opt(&format!("{name}-worker"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // (The chart's own leader-election Role lives in this namespace too: look for the job's.)
+    let roles: Api<Role> = Api::namespaced(admin.clone(), &ns);
+    let jobs_roles = ListParams::default().labels(&format!("streamkeeper.dev/job={name}"));
+    assert!(roles.list(&jobs_roles).await.unwrap().items.is_empty());
+    assert!(
+        roles
+            .get_opt(&format!("{name}-worker"))
+            .await
+            .unwrap()
+            .is_none()
+    );
 
     // What the chart does not grant.
     forbidden(
@@ -176,10 +181,33 @@ async fn the_operator_leads_and_reconciles_with_only_the_charts_rbac() {
         "listing Secrets",
     );
     forbidden(
+        Api::<Secret>::namespaced(operator.clone(), &ns)
+            .delete(&format!("{name}-worker-token"), &DeleteParams::default())
+            .await,
+        "deleting a Secret",
+    );
+    forbidden(
         Api::<StatefulSet>::namespaced(operator.clone(), &ns)
             .delete(name, &DeleteParams::default())
             .await,
         "deleting a StatefulSet (the garbage collector does that)",
+    );
+    let role: Role = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "worker-access"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}],
+    }))
+    .unwrap();
+    forbidden(
+        Api::<Role>::namespaced(operator.clone(), &ns)
+            .create(&PostParams::default(), &role)
+            .await,
+        "creating a Role (the workers need none)",
+    );
+    forbidden(
+        Api::<ServiceAccount>::namespaced(operator.clone(), &ns)
+            .list(&ListParams::default())
+            .await,
+        "listing ServiceAccounts",
     );
     forbidden(
         jobs.delete(name, &DeleteParams::default()).await,

@@ -11,7 +11,7 @@ mod operator_support;
 
 use aws_sdk_s3::primitives::ByteStream;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -60,10 +60,14 @@ async fn resource_versions(client: &Client, namespace: &str, job: &str) -> Vec<(
         one::<StatefulSet>(client, namespace, job).await,
         one::<Service>(client, namespace, job).await,
         one::<PodDisruptionBudget>(client, namespace, job).await,
-        one::<ServiceAccount>(client, namespace, &format!("{job}-worker")).await,
-        one::<Role>(client, namespace, &format!("{job}-worker")).await,
-        one::<RoleBinding>(client, namespace, &format!("{job}-worker")).await,
+        one::<Secret>(client, namespace, &format!("{job}-worker-token")).await,
     ]
+}
+
+/// The token in a worker token Secret, as the worker would read it.
+fn worker_token_of(secret: &Secret) -> streamkeeper_contract::WorkerToken {
+    let bytes = &secret.data.as_ref().expect("data")["token"].0;
+    streamkeeper_contract::WorkerToken::parse(std::str::from_utf8(bytes).unwrap()).unwrap()
 }
 
 struct Setup {
@@ -168,22 +172,85 @@ async fn apply_creates_every_object_updates_them_and_a_no_op_writes_nothing() {
             .unwrap()
             .max_unavailable
     );
+    // Least privilege: the workers use no Kubernetes API, so they get no ServiceAccount, Role or
+    // RoleBinding of their own, and their pods (as the apiserver stored them) no API token. This
+    // apiserver runs without the ServiceAccount admission plugin, so what keeps a cluster's from
+    // injecting a token volume is `automountServiceAccountToken: false`; operator_workers.rs
+    // checks that the local node agent, honouring it as a kubelet does, gives the pods none.
     let roles: Api<Role> = Api::namespaced(s.client.clone(), &s.namespace);
-    assert_eq!(
-        roles.get(&format!("{name}-worker")).await.unwrap().rules,
-        desired.role.rules
-    );
-    let bindings: Api<RoleBinding> = Api::namespaced(s.client.clone(), &s.namespace);
-    assert_eq!(
-        bindings
-            .get(&format!("{name}-worker"))
+    assert!(
+        roles
+            .list(&ListParams::default())
             .await
             .unwrap()
-            .subjects,
-        desired.role_binding.subjects
+            .items
+            .is_empty()
+    );
+    let bindings: Api<RoleBinding> = Api::namespaced(s.client.clone(), &s.namespace);
+    assert!(
+        bindings
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
     );
     let accounts: Api<ServiceAccount> = Api::namespaced(s.client.clone(), &s.namespace);
-    accounts.get(&format!("{name}-worker")).await.unwrap();
+    assert!(
+        accounts
+            .get_opt(&format!("{name}-worker"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let pods: Api<Pod> = Api::namespaced(s.client.clone(), &s.namespace);
+    let admitted = wait_for("the StatefulSet's pods", TIMEOUT, async || {
+        let list = pods.list(&ListParams::default()).await.ok()?;
+        (list.items.len() == 2).then_some(list.items)
+    })
+    .await;
+    for pod in &admitted {
+        let spec = pod.spec.clone().unwrap();
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        assert_eq!(spec.service_account_name, None);
+        let volumes = spec.volumes.unwrap_or_default();
+        assert!(
+            !volumes
+                .iter()
+                .any(|v| v.name.starts_with("kube-api-access")),
+            "{} has a service-account token volume: {volumes:?}",
+            pod.name_any()
+        );
+        let token_volume = volumes.iter().find(|v| v.name == "worker-token").unwrap();
+        assert_eq!(
+            token_volume.secret.as_ref().unwrap().secret_name.as_deref(),
+            Some(format!("{name}-worker-token").as_str())
+        );
+        let mounts = spec.containers[0].volume_mounts.clone().unwrap_or_default();
+        assert!(
+            !mounts
+                .iter()
+                .any(|m| m.mount_path.starts_with("/var/run/secrets/kubernetes.io")),
+            "{mounts:?}"
+        );
+    }
+    // The worker token: in a Secret the job owns, usable, and where the worker config points.
+    let secrets: Api<Secret> = Api::namespaced(s.client.clone(), &s.namespace);
+    let secret = secrets.get(&format!("{name}-worker-token")).await.unwrap();
+    assert_eq!(
+        secret.owner_references(),
+        desired.worker_token.owner_references()
+    );
+    let token = worker_token_of(&secret);
+    let config: streamkeeper_contract::WorkerConfig =
+        streamkeeper_contract::WorkerConfig::from_yaml(
+            &config_map.data.clone().unwrap()["worker.yaml"],
+        )
+        .unwrap();
+    assert_eq!(
+        config.http.token_file.as_deref(),
+        Some(std::path::Path::new("/etc/streamkeeper/http/token"))
+    );
 
     // The changelog exists, compacted, one partition per input partition; the DLQ too.
     let changelog = format!("{}.{name}.changelog", s.namespace);
@@ -252,6 +319,12 @@ async fn apply_creates_every_object_updates_them_and_a_no_op_writes_nothing() {
     assert_eq!(
         after, settled,
         "a no-op reconcile changed something (first pass: {before:?})"
+    );
+    let secret = secrets.get(&format!("{name}-worker-token")).await.unwrap();
+    assert_eq!(
+        worker_token_of(&secret),
+        token,
+        "the token is never rotated"
     );
     let job_after = s.jobs.get(name).await.unwrap();
     assert_eq!(

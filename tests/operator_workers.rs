@@ -12,13 +12,15 @@
 mod operator_support;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use operator_support::cards::*;
 use operator_support::{support, *};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use streamkeeper::api::{JobPhase, StatefulStreamJob, TaskStatus};
@@ -136,6 +138,51 @@ fn input_ends(topic: &str) -> BTreeMap<u32, i64> {
         .collect()
 }
 
+/// The running worker pods got no service-account token from the node agent (which gives one,
+/// as a kubelet does, unless the pod says `automountServiceAccountToken: false`), but the job's
+/// worker token, from a Secret the job owns; and the job has no Role or RoleBinding.
+async fn assert_least_privilege(client: &kube::Client, namespace: &str, job: &str, root: &Path) {
+    let pod_dirs: Vec<PathBuf> = std::fs::read_dir(root.join("pods"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            name.starts_with(&format!("{namespace}_{job}-"))
+        })
+        .collect();
+    assert!(!pod_dirs.is_empty(), "the node agent ran the job's pods");
+    for pod_dir in &pod_dirs {
+        assert!(
+            !pod_dir.join("serviceaccount").exists(),
+            "{} was given a service-account token",
+            pod_dir.display()
+        );
+    }
+    let none = |count: usize, kind: &str| assert_eq!(count, 0, "the job has a {kind}");
+    let roles: Api<Role> = Api::namespaced(client.clone(), namespace);
+    none(
+        roles.list(&Default::default()).await.unwrap().items.len(),
+        "Role",
+    );
+    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), namespace);
+    none(
+        bindings
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        "RoleBinding",
+    );
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = secrets.get(&format!("{job}-worker-token")).await.unwrap();
+    let token = secret.data.unwrap()["token"].0.clone();
+    for pod_dir in &pod_dirs {
+        let mounted = std::fs::read(pod_dir.join("volumes/worker-token/token")).unwrap();
+        assert_eq!(mounted, token, "{}", pod_dir.display());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_operator_runs_real_workers_restores_on_request_and_suspends_with_a_final_checkpoint() {
     let client = client().await;
@@ -204,6 +251,7 @@ async fn the_operator_runs_real_workers_restores_on_request_and_suspends_with_a_
     let (status, _, message) = condition_of(&job, "Ready").unwrap();
     assert_eq!(status, "True");
     assert!(message.contains("4/4 tasks running"), "{message}");
+    assert_least_privilege(&client, &namespace, name, &dir.path().join("node")).await;
 
     // A restore request: pods are replaced with it, every task applies it once, then it is
     // recorded. Events keep arriving meanwhile.

@@ -5,7 +5,8 @@
 //! checkpoint manifest a worker writes to S3. It must not depend on Kubernetes or Kafka clients,
 //! so the worker can use it without pulling in the operator's dependencies.
 //!
-//! [`rules`] holds the validation both sides apply to a job's settings, once.
+//! [`rules`] holds the validation both sides apply to a job's settings, once; [`worker_http`] the
+//! worker's HTTP paths and the token rule of its mutating requests.
 //!
 //! Every format carries a `version` field; readers refuse versions they do not know instead of
 //! guessing, and each format has a round-trip test.
@@ -20,6 +21,7 @@ pub mod rules;
 pub mod task_report;
 pub mod version;
 pub mod worker_config;
+pub mod worker_http;
 
 pub use assign::{AssignmentFacts, CopyLag, PodPlace, next_assignment};
 pub use assignment::{AssignmentDocument, TaskAssignment};
@@ -32,3 +34,4 @@ pub use restore_request::{
 pub use task_report::{TaskReport, TaskReportsDocument};
 pub use version::{FormatError, Versioned};
 pub use worker_config::WorkerConfig;
+pub use worker_http::{ErrorDocument, WorkerToken};

@@ -258,12 +258,20 @@ impl Default for RecoveryConfig {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HttpConfig {
     pub listen: String,
+    /// The file holding the job's worker token (the mounted Secret `<job>-worker-token`). A
+    /// request that changes something (`POST /v1/checkpoints`) must carry it as
+    /// `Authorization: Bearer <token>`; without a token file every such request is refused (see
+    /// [`crate::worker_http`]). Read on each such request, so a rotated Secret takes effect
+    /// once the kubelet has updated the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
         Self {
             listen: "0.0.0.0:8080".into(),
+            token_file: None,
         }
     }
 }
@@ -337,7 +345,10 @@ pub(crate) mod tests {
                 }),
             },
             recovery: RecoveryConfig::default(),
-            http: HttpConfig::default(),
+            http: HttpConfig {
+                listen: "0.0.0.0:8080".into(),
+                token_file: Some("/etc/streamkeeper/http/token".into()),
+            },
         }
     }
 

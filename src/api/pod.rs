@@ -28,7 +28,8 @@ pub struct PodOverrides {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
 
-    /// Service account of the worker pods; the operator creates a least-privilege one when omitted.
+    /// Service account of the worker pods (omitted: the namespace's `default`). The workers use no
+    /// Kubernetes API: their pods mount no API token, and the operator creates no account or Role for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
 }

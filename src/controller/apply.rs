@@ -10,16 +10,15 @@ use crate::api::StatefulStreamJob;
 use crate::api::status::CreatedTopic;
 use crate::controller::DesiredResources;
 use crate::controller::build::DesiredTopics;
-use crate::controller::names;
+use crate::controller::worker_token::{self, WorkerTokenError};
 use crate::kafka_admin::DesiredTopic;
 use crate::kafka_admin::{Creation, KafkaAdmin, KafkaAdminError};
 use crate::retention::{self, RetentionViolation};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -48,6 +47,8 @@ pub enum ApplyError {
     Api(#[from] ApiError),
     #[error(transparent)]
     Kafka(#[from] KafkaAdminError),
+    #[error(transparent)]
+    WorkerToken(#[from] WorkerTokenError),
 }
 
 /// What `apply` did.
@@ -63,13 +64,12 @@ pub enum ApplyOutcome {
     ChangelogRefused(RetentionViolation),
 }
 
-/// Applies `desired` for the job `job_uid` in `namespace`.
+/// Applies `desired` for the job `job` in `namespace`.
 pub async fn apply(
     client: &Client,
     kafka: &KafkaAdmin,
     namespace: &str,
     job: &str,
-    job_uid: &str,
     desired: &DesiredResources,
 ) -> Result<ApplyOutcome, ApplyError> {
     let DesiredResources {
@@ -77,9 +77,7 @@ pub async fn apply(
         stateful_set,
         service,
         pod_disruption_budget,
-        service_account,
-        role,
-        role_binding,
+        worker_token,
         topics,
     } = desired;
     let mut created = BTreeMap::new();
@@ -90,14 +88,9 @@ pub async fn apply(
         Ok(delete_retention_ms) => delete_retention_ms,
         Err(violation) => return Ok(ApplyOutcome::ChangelogRefused(violation)),
     };
-    match service_account {
-        Some(account) => {
-            server_side_apply(client, namespace, account).await?;
-        }
-        None => delete_owned_service_account(client, namespace, job, job_uid).await?,
-    }
-    server_side_apply(client, namespace, role).await?;
-    server_side_apply(client, namespace, role_binding).await?;
+    // Before the StatefulSet: its pods mount the Secret and cannot start without it. The token is
+    // read back here only to prove it usable; the suspend step reads it when it needs it.
+    worker_token::ensure(client, namespace, worker_token).await?;
     server_side_apply(client, namespace, config_map).await?;
     server_side_apply(client, namespace, service).await?;
     server_side_apply(client, namespace, pod_disruption_budget).await?;
@@ -247,39 +240,6 @@ where
         name,
         source,
     })
-}
-
-/// Our `<job>-worker` ServiceAccount, when the user now names their own: removed if it is ours.
-async fn delete_owned_service_account(
-    client: &Client,
-    namespace: &str,
-    job: &str,
-    job_uid: &str,
-) -> Result<(), ApiError> {
-    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
-    let name = names::worker_service_account(job);
-    let error = |action, source| ApiError {
-        action,
-        kind: "ServiceAccount".into(),
-        namespace: namespace.to_string(),
-        name: name.clone(),
-        source,
-    };
-    let Some(account) = api.get_opt(&name).await.map_err(|e| error("read", e))? else {
-        return Ok(());
-    };
-    let ours = account
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|owner| owner.uid == job_uid);
-    if ours {
-        api.delete(&name, &DeleteParams::default())
-            .await
-            .map_err(|e| error("delete", e))?;
-    }
-    Ok(())
 }
 
 /// How long to wait before looking again at a refused changelog or retention: topic configs are

@@ -3,6 +3,7 @@
 
 use crate::checkpoint_reader::CheckpointReadError;
 use crate::controller::apply::{ApiError, ApplyError};
+use crate::controller::worker_token::WorkerTokenError;
 use crate::kafka_admin::KafkaAdminError;
 use crate::kafka_security::KafkaSecretError;
 use crate::leadership::NotLeading;
@@ -32,6 +33,8 @@ pub enum ReconcileError {
     Finalizer(Box<finalizer::Error<ReconcileError>>),
     #[error(transparent)]
     NotLeading(#[from] NotLeading),
+    #[error(transparent)]
+    WorkerToken(#[from] WorkerTokenError),
 }
 
 impl ReconcileError {
@@ -44,6 +47,7 @@ impl ReconcileError {
             ReconcileError::S3Credentials { .. } => reasons::S3_UNAVAILABLE,
             ReconcileError::KafkaCredentials(_) => reasons::KAFKA_CREDENTIALS,
             ReconcileError::NotLeading(_) => reasons::NOT_LEADING,
+            ReconcileError::WorkerToken(error) => error.category(),
             ReconcileError::Finalizer(error) => match error.as_ref() {
                 finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => {
                     inner.category()
@@ -65,6 +69,8 @@ impl From<ApplyError> for ReconcileError {
         match error {
             ApplyError::Api(error) => error.into(),
             ApplyError::Kafka(error) => ReconcileError::Kafka(error),
+            ApplyError::WorkerToken(WorkerTokenError::Api(error)) => ReconcileError::Api(error),
+            ApplyError::WorkerToken(error) => ReconcileError::WorkerToken(error),
         }
     }
 }

@@ -9,7 +9,8 @@
 //!
 //! The effectful steps: [`apply`] (server-side apply, Kafka topics), [`observe`] (S3 manifests,
 //! log-start offsets), [`operations`] (suspend, pod replacement), [`cleanup`] (what
-//! `deletionPolicy: Delete` removes, after the workers stopped), [`update_status`];
+//! `deletionPolicy: Delete` removes, after the workers stopped), [`worker_token`] (the job's
+//! worker token Secret, created once), [`update_status`];
 //! [`reconcile`] runs the pipeline and [`run`] wires it into a kube-runtime `Controller`;
 //! [`cadence`] says when a job is looked at again without a watch event.
 //!
@@ -35,6 +36,7 @@ pub mod status;
 pub mod task_status;
 pub mod update_status;
 pub mod validate;
+pub mod worker_token;
 
 #[cfg(test)]
 pub(crate) mod fixtures;

@@ -27,6 +27,11 @@ pub const KAFKA_TLS_KEY_FILE: &str = "tls.key";
 pub const KAFKA_SASL_DIR: &str = "/etc/streamkeeper/kafka/sasl";
 pub const KAFKA_SASL_USERNAME_FILE: &str = "username";
 pub const KAFKA_SASL_PASSWORD_FILE: &str = "password";
+/// Where the worker token Secret is mounted; the Secret's key is the file name.
+pub const WORKER_TOKEN_DIR: &str = "/etc/streamkeeper/http";
+pub const WORKER_TOKEN_KEY: &str = "token";
+/// [`WORKER_TOKEN_DIR`]/[`WORKER_TOKEN_KEY`], the worker config's `http.tokenFile`.
+pub const WORKER_TOKEN_FILE: &str = "/etc/streamkeeper/http/token";
 
 /// Address of the worker's one HTTP port.
 pub const HTTP_LISTEN: &str = "0.0.0.0:8080";
@@ -59,22 +64,16 @@ pub fn worker_config_map(job: &str) -> String {
     format!("{job}-worker-config")
 }
 
-/// The ConfigMap holding the assignment document, written by the operator, watched by workers.
+/// The Secret holding the job's worker token (see the contract's `worker_http`): created once by
+/// the operator, owned by the job, mounted into the worker pods.
+pub fn worker_token_secret(job: &str) -> String {
+    format!("{job}-worker-token")
+}
+
+/// The ConfigMap holding the job's assignment document: written by the operator's failover loop
+/// before any worker hears of a generation, read back by a new leader.
 pub fn assignment_config_map(job: &str) -> String {
     format!("{job}-assignment")
-}
-
-/// The ServiceAccount, Role and RoleBinding the operator creates for the workers.
-pub fn worker_service_account(job: &str) -> String {
-    format!("{job}-worker")
-}
-
-pub fn worker_role(job: &str) -> String {
-    format!("{job}-worker")
-}
-
-pub fn worker_role_binding(job: &str) -> String {
-    format!("{job}-worker")
 }
 
 /// Pod `ordinal` of the job's StatefulSet.
@@ -101,13 +100,16 @@ mod tests {
         assert_eq!(CONFIG_FILE, format!("{CONFIG_DIR}/{WORKER_CONFIG_KEY}"));
         assert!(STATE_DIR.starts_with(STATE_MOUNT));
         assert!(HTTP_LISTEN.ends_with(&HTTP_PORT.to_string()));
+        assert_eq!(
+            WORKER_TOKEN_FILE,
+            format!("{WORKER_TOKEN_DIR}/{WORKER_TOKEN_KEY}")
+        );
     }
 
     #[test]
     fn names_derive_from_the_job() {
         assert_eq!(worker_config_map("card-count"), "card-count-worker-config");
-        assert_eq!(assignment_config_map("card-count"), "card-count-assignment");
-        assert_eq!(worker_service_account("card-count"), "card-count-worker");
+        assert_eq!(worker_token_secret("card-count"), "card-count-worker-token");
         assert_eq!(pod("card-count", 2), "card-count-2");
         assert_eq!(
             default_changelog_topic("payments", "card-count"),

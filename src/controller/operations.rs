@@ -7,6 +7,7 @@ use crate::controller::apply::ApiError;
 use crate::controller::events::{job_reference, publish};
 use crate::controller::labels;
 use crate::controller::names;
+use crate::controller::worker_token;
 use crate::controller::{Context, ReconcileError};
 use crate::vocabulary::reasons;
 use crate::worker_client;
@@ -25,8 +26,8 @@ pub struct SuspendNote {
     pub message: String,
 }
 
-/// Before scaling a running job to zero: `POST /v1/checkpoints` on every worker pod, through
-/// the headless Service's DNS names. Pods that cannot be reached are named; suspend goes on
+/// Before scaling a running job to zero: `POST /v1/checkpoints` with the job's worker token on
+/// every worker pod, at its pod address (the headless Service's DNS name before it has one). Pods that cannot be reached are named; suspend goes on
 /// anyway, because the changelog and the volumes still hold the exact state (the checkpoint only
 /// shortens the restore). `None` when the job is already scaled to zero.
 pub async fn final_checkpoint_before_suspend(
@@ -50,6 +51,10 @@ pub async fn final_checkpoint_before_suspend(
         return Ok(None);
     }
     let pods = job_pods(ctx, job).await?;
+    // Without the Secret (deleted just now) the request goes without a token and the worker
+    // refuses it, naming why; the suspend still goes on, as for an unreachable worker.
+    let token = worker_token::read(&ctx.client, &job.namespace, &job.name).await?;
+    let token = token.as_ref();
     let port = u16::try_from(names::HTTP_PORT).unwrap_or(8080);
     let timeout = ctx.settings.final_checkpoint_timeout;
     let service = names::service(&job.name);
@@ -64,7 +69,7 @@ pub async fn final_checkpoint_before_suspend(
             .and_then(|s| s.pod_ip.clone())
             .unwrap_or_else(|| format!("{}.{service}.{}.svc", pod.name_any(), job.namespace));
         async move {
-            let result = worker_client::request_checkpoint(&host, port, timeout).await;
+            let result = worker_client::request_checkpoint(&host, port, token, timeout).await;
             (pod.name_any(), result)
         }
     });

@@ -187,8 +187,7 @@ async fn run_pipeline(
     } else {
         None
     };
-    let stateful_set =
-        apply_desired(ctx, &kafka.admin, job, &validated, &desired, observation).await?;
+    let stateful_set = apply_desired(ctx, &kafka.admin, &validated, &desired, observation).await?;
     // Assign: the job's failover loop decides and sends the assignment between reconciles.
     ctx.failovers.ensure(
         &ctx.failover_deps(),
@@ -268,18 +267,15 @@ fn failover_job(
 async fn apply_desired(
     ctx: &Context,
     kafka: &KafkaAdmin,
-    job: &StatefulStreamJob,
     validated: &ValidatedJob,
     desired: &DesiredResources,
     observation: &mut Observation,
 ) -> Result<StatefulSet, Halt> {
-    let uid = job.uid().unwrap_or_default();
     let outcome = apply::apply(
         &ctx.client,
         kafka,
         &validated.namespace,
         &validated.name,
-        &uid,
         desired,
     )
     .await;

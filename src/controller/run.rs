@@ -12,9 +12,8 @@ use crate::controller::labels;
 use crate::controller::reconcile::{error_policy, reconcile};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::Api;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -64,13 +63,9 @@ pub async fn run(
         .owns(scoped::<StatefulSet>(&client, namespace), owned.clone())
         .owns(scoped::<ConfigMap>(&client, namespace), owned.clone())
         .owns(scoped::<Service>(&client, namespace), owned.clone())
-        .owns(
-            scoped::<PodDisruptionBudget>(&client, namespace),
-            owned.clone(),
-        )
-        .owns(scoped::<ServiceAccount>(&client, namespace), owned.clone())
-        .owns(scoped::<Role>(&client, namespace), owned.clone())
-        .owns(scoped::<RoleBinding>(&client, namespace), owned)
+        // Not the worker token Secret: watching it would need `list`/`watch` on every Secret
+        // of the namespace; a deleted one is recreated at the next reconcile instead.
+        .owns(scoped::<PodDisruptionBudget>(&client, namespace), owned)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

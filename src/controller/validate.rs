@@ -60,25 +60,11 @@ pub struct Workers {
     pub resources: Option<ResourceRequirements>,
     /// Scheduling and metadata overrides; no reserved label or annotation key among them.
     pub pod: PodOverrides,
-    /// The pods' service account: the user's, or `<job>-worker` created by the operator.
-    pub service_account: ServiceAccountChoice,
-}
-
-/// Whose service account the workers run as.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ServiceAccountChoice {
-    /// `<job>-worker`, created and owned by the operator.
-    Operator(String),
-    /// Named in `spec.pod.serviceAccountName`; the operator only binds its Role to it.
-    User(String),
-}
-
-impl ServiceAccountChoice {
-    pub fn name(&self) -> &str {
-        match self {
-            ServiceAccountChoice::Operator(name) | ServiceAccountChoice::User(name) => name,
-        }
-    }
+    /// `spec.pod.serviceAccountName`, or `None` for the namespace's `default` account. The
+    /// workers use no Kubernetes API, so the operator creates no account, Role or binding for
+    /// them and mounts no token either way; a user's account is only an identity (for cloud
+    /// workload identity, say).
+    pub service_account: Option<String>,
 }
 
 /// Kafka connection, topics (defaults resolved) and transaction cadence.
@@ -210,7 +196,7 @@ pub fn validate(job: &StatefulStreamJob) -> Result<ValidatedJob, InvalidSpec> {
     let validated = ValidatedJob {
         generation: job.metadata.generation,
         owner,
-        workers: rules::workers(spec, &name)?,
+        workers: rules::workers(spec)?,
         kafka: kafka::settings(&spec.kafka, &namespace, &name)?,
         processor: processor::config(&spec.processor)?,
         state: rules::state(&spec.state)?,

@@ -18,6 +18,8 @@ pub mod facts;
 pub mod health;
 pub mod store;
 
+use crate::controller::apply::ApiError;
+use crate::controller::worker_token;
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 use crate::worker_client;
@@ -31,7 +33,9 @@ use kube::{Client, ResourceExt};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use streamkeeper_contract::{AssignmentDocument, AssignmentFacts, TaskReport, next_assignment};
+use streamkeeper_contract::{
+    AssignmentDocument, AssignmentFacts, TaskReport, WorkerToken, next_assignment,
+};
 use tokio::sync::watch;
 
 /// How often every pod is asked for its reports.
@@ -119,6 +123,8 @@ struct LoopState {
     listed_at: Option<Instant>,
     sent_at: Option<Instant>,
     started: Instant,
+    /// The job's worker token, which a document needs to be taken (read once it exists).
+    token: Option<WorkerToken>,
 }
 
 async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>) {
@@ -130,6 +136,7 @@ async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>) {
         listed_at: None,
         sent_at: None,
         started: Instant::now(),
+        token: None,
     };
     let mut ticks = tokio::time::interval(POLL_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -152,15 +159,27 @@ async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>) {
     }
 }
 
+/// Why a poll could not finish; the next one tries again.
+#[derive(Debug, thiserror::Error)]
+enum PollError {
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error(transparent)]
+    Token(#[from] worker_token::WorkerTokenError),
+}
+
 /// One poll: heartbeat, decide, store, send.
 async fn tick(
     deps: &FailoverDeps,
     job: &FailoverJob,
     state: &mut LoopState,
-) -> Result<(), crate::controller::apply::ApiError> {
+) -> Result<(), PollError> {
     if !state.read_back {
         state.document = store::read(&deps.client, &job.namespace, &job.name).await?;
         state.read_back = true;
+    }
+    if state.token.is_none() {
+        state.token = worker_token::read(&deps.client, &job.namespace, &job.name).await?;
     }
     if state.listed_at.is_none_or(|at| at.elapsed() >= LIST_EVERY) {
         state.pods = list_pods(&deps.client, job).await?;
@@ -213,13 +232,13 @@ async fn tick(
 async fn list_pods(
     client: &Client,
     job: &FailoverJob,
-) -> Result<Vec<(PodFacts, Option<String>)>, crate::controller::apply::ApiError> {
+) -> Result<Vec<(PodFacts, Option<String>)>, ApiError> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &job.namespace);
     let selector = crate::controller::labels::selector_string(&job.name);
     let list = api
         .list(&ListParams::default().labels(&selector))
         .await
-        .map_err(|source| crate::controller::apply::ApiError {
+        .map_err(|source| ApiError {
             action: "list",
             kind: "Pod".into(),
             namespace: job.namespace.clone(),
@@ -279,13 +298,15 @@ async fn send(job: &FailoverJob, state: &LoopState, now: Instant) {
     let Some(document) = &state.document else {
         return;
     };
+    let token = state.token.as_ref();
     let calls = state
         .pods
         .iter()
         .filter(|(pod, _)| state.heartbeats.reachable(&pod.name, now))
         .filter_map(|(pod, ip)| Some((pod, ip.as_deref()?)))
         .map(|(pod, ip)| async move {
-            let sent = worker_client::put_assignment(ip, job.port, document, POLL_TIMEOUT * 5).await;
+            let sent = worker_client::put_assignment(ip, job.port, token, document, POLL_TIMEOUT * 5)
+                    .await;
             if let Err(error) = sent {
                 tracing::warn!(pod = %pod.name, generation = document.generation, %error, "the assignment did not reach this pod; sending again");
             }

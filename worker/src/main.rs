@@ -32,12 +32,17 @@ struct ConfigArgs {
     /// Override `state.dir`: where each task's RocksDB lives (the persistent volume).
     #[arg(long, env = "STREAMKEEPER_STATE_DIR")]
     state_dir: Option<PathBuf>,
-    /// Override `http.listen`: address of /healthz, /readyz, /metrics and /v1/tasks.
+    /// Override `http.listen`: address of /healthz, /readyz, /metrics, /v1/tasks and /v1/checkpoints.
     #[arg(long, env = "STREAMKEEPER_HTTP_LISTEN")]
     http_listen: Option<String>,
     /// Override `kafka.bootstrapServers`.
     #[arg(long, env = "STREAMKEEPER_KAFKA_BOOTSTRAP")]
     kafka_bootstrap: Option<String>,
+    /// Override `http.tokenFile`: the file holding the token that `POST /v1/checkpoints` (every
+    /// request but a read) must carry as `Authorization: Bearer <token>`. Without one, such
+    /// requests are refused.
+    #[arg(long, env = "STREAMKEEPER_HTTP_TOKEN_FILE")]
+    http_token_file: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -96,6 +101,9 @@ fn load(args: &ConfigArgs) -> Result<WorkerConfig, LoadError> {
     }
     if let Some(bootstrap) = &args.kafka_bootstrap {
         config.kafka.bootstrap_servers = bootstrap.clone();
+    }
+    if let Some(file) = &args.http_token_file {
+        config.http.token_file = Some(file.clone());
     }
     config
         .check()

@@ -3,6 +3,9 @@
 //! the operator's first assignment document arrives, and then what the documents say. Task
 //! threads do the Kafka and RocksDB work; the async runtime only serves HTTP and waits for
 //! signals.
+//!
+//! Requests that change the worker (`POST /v1/checkpoints`) need the token in `http.tokenFile`
+//! (or `--http-token-file`), as in a cluster; with none configured they are refused, never open.
 
 use crate::assignment::Assignments;
 use crate::checkpoint::CheckpointService;
@@ -40,6 +43,8 @@ pub enum StandaloneError {
     Discovery(#[source] tokio::task::JoinError),
     #[error("{RESTORE_REQUEST_ENV} holds no valid restore request: {0}")]
     RestoreRequest(#[source] streamkeeper_contract::FormatError),
+    #[error(transparent)]
+    TokenFile(#[from] http::TokenFileError),
 }
 
 /// Runs the worker until SIGTERM or Ctrl-C. `pod`: the StatefulSet pod name, which makes the
@@ -96,11 +101,25 @@ async fn run_async(
             address: address.clone(),
             source,
         })?;
+    let token = http::TokenSource::from_config(context.config.http.token_file.as_deref());
+    // A token file that is there but unusable is a broken deployment: say so now, not at the
+    // first checkpoint request.
+    match token.current().await? {
+        Some(_) => {
+            tracing::info!(token_file = ?context.config.http.token_file, "requests that change the worker need the token in http.tokenFile");
+        }
+        None => {
+            tracing::warn!(
+                "no http.tokenFile: POST /v1/checkpoints (every request but a read) is refused"
+            );
+        }
+    }
     let app = http::router(
         context.board.clone(),
         context.metrics.clone(),
         context.checkpoints.clone(),
         takes_documents.then(|| Arc::clone(&assignments)),
+        token,
     );
     let companion = listener
         .local_addr()

@@ -57,10 +57,18 @@ async fn a_killed_owners_tasks_move_to_their_warm_standbys_and_the_output_stays_
     let mut a = Pod::start(&mut job, "standby-0", 2);
     let b = Pod::start(&mut job, "standby-1", 2);
 
-    // Each pod owns one task and keeps a warm copy of the other's.
+    // Each pod owns one task and keeps a warm copy of the other's. Only the job's token may
+    // change the assignment.
     let first = document(
         1,
         &[("standby-0", &["standby-1"]), ("standby-1", &["standby-0"])],
+    );
+    let body = String::from_utf8(streamkeeper_contract::Versioned::to_json(&first)).unwrap();
+    let unsigned = http_put_with(&a.address, "/v1/assignment", &body, "").unwrap();
+    assert_eq!(
+        unsigned.0, 401,
+        "an assignment without the token: {}",
+        unsigned.1
     );
     assign_all(&[&a, &b], &first);
     wait_for("both standbys warm", Duration::from_secs(60), || {

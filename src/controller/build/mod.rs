@@ -9,9 +9,9 @@
 pub mod config_map;
 pub mod pdb;
 pub mod pod;
-pub mod rbac;
 pub mod service;
 pub mod stateful_set;
+pub mod token_secret;
 pub mod topics;
 pub mod worker_config;
 
@@ -20,9 +20,8 @@ pub use topics::DesiredTopics;
 use crate::controller::labels;
 use crate::controller::validate::ValidatedJob;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Facts read from outside the cluster before building (never fetched by a builder).
@@ -44,13 +43,10 @@ pub struct DesiredResources {
     pub service: Service,
     /// `<job>`: at most one worker pod voluntarily down at a time.
     pub pod_disruption_budget: PodDisruptionBudget,
-    /// `<job>-worker`; `None` when the user names their own service account, which `apply` then
-    /// leaves alone (and removes ours if an earlier spec made it).
-    pub service_account: Option<ServiceAccount>,
-    /// `<job>-worker`: read the assignment ConfigMap, get pods.
-    pub role: Role,
-    /// Binds the Role to the workers' service account (ours or the user's).
-    pub role_binding: RoleBinding,
+    /// `<job>-worker-token`, metadata only: `apply` creates it with a random token when it is
+    /// missing and never rewrites it. The workers use no Kubernetes API, so there is no
+    /// ServiceAccount, Role or RoleBinding of theirs.
+    pub worker_token: Secret,
     /// The changelog and dead-letter topics, for the Kafka admin API.
     pub topics: DesiredTopics,
 }
@@ -64,9 +60,7 @@ pub fn build(job: &ValidatedJob, facts: &Facts) -> DesiredResources {
         stateful_set: stateful_set::build(job, &config_hash),
         service: service::build(job),
         pod_disruption_budget: pdb::build(job),
-        service_account: rbac::service_account(job),
-        role: rbac::role(job),
-        role_binding: rbac::role_binding(job),
+        worker_token: token_secret::build(job),
         topics: topics::build(job, facts),
         config_map,
     }
@@ -98,20 +92,15 @@ mod tests {
             stateful_set,
             service,
             pod_disruption_budget,
-            service_account,
-            role,
-            role_binding,
+            worker_token,
             topics: _,
         } = build(&job, &fixtures::facts());
-        let service_account = service_account.unwrap();
         let metas = [
             config_map.meta(),
             stateful_set.meta(),
             service.meta(),
             pod_disruption_budget.meta(),
-            service_account.meta(),
-            role.meta(),
-            role_binding.meta(),
+            worker_token.meta(),
         ];
         for meta in metas {
             let name = meta.name.as_deref().unwrap();

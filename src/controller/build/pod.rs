@@ -1,5 +1,6 @@
 //! The worker pod template: one `worker` container running the config from the ConfigMap, with
-//! the state volume, secrets as read-only files, a locked-down security context, and the user's
+//! the state volume, secrets as read-only files (the job's worker token among them), no
+//! service-account token, a locked-down security context, and the user's
 //! scheduling overrides merged with an anti-affinity that spreads the job's pods over nodes.
 
 use crate::api::{PullPolicy, RestoreSource};
@@ -30,6 +31,7 @@ const TMP_VOLUME: &str = "tmp";
 const S3_VOLUME: &str = "s3-credentials";
 const KAFKA_TLS_VOLUME: &str = "kafka-tls";
 const KAFKA_SASL_VOLUME: &str = "kafka-sasl";
+const WORKER_TOKEN_VOLUME: &str = "worker-token";
 
 /// The pod template of the worker StatefulSet. `config_hash` is the worker config's hash; it and
 /// `spec.restartNonce` are annotations, so changing either changes the template.
@@ -42,10 +44,10 @@ pub fn template(job: &ValidatedJob, config_hash: &str) -> PodTemplateSpec {
             ..ObjectMeta::default()
         }),
         spec: Some(PodSpec {
-            service_account_name: Some(workers.service_account.name().to_string()),
-            // The worker watches its assignment through the API, even when a user-named service
-            // account turns token mounting off by default.
-            automount_service_account_token: Some(true),
+            // The user's account, or the namespace's `default`: the worker uses no Kubernetes
+            // API, so the pods get no API token whatever the account's own setting says.
+            service_account_name: workers.service_account.clone(),
+            automount_service_account_token: Some(false),
             // Service links inject variables for every Service in the namespace; the worker
             // reads none of them.
             enable_service_links: Some(false),
@@ -238,6 +240,7 @@ fn volume_mounts(job: &ValidatedJob) -> Vec<VolumeMount> {
         mount(names::STATE_VOLUME, names::STATE_MOUNT, false),
         // The root filesystem is read-only; librdkafka and custom processors may need scratch.
         mount(TMP_VOLUME, "/tmp", false),
+        mount(WORKER_TOKEN_VOLUME, names::WORKER_TOKEN_DIR, true),
     ];
     if job.checkpoint.credentials.is_some() {
         mounts.push(mount(S3_VOLUME, names::S3_CREDENTIALS_DIR, true));
@@ -287,6 +290,17 @@ fn volumes(job: &ValidatedJob) -> Vec<Volume> {
             empty_dir: Some(EmptyDirVolumeSource::default()),
             ..Volume::default()
         },
+        // A file rather than an environment variable: it is not inherited by child processes
+        // nor shown with the process environment, and the kubelet updates it when the Secret
+        // changes (the worker reads it on each request), as for the other mounted Secrets.
+        secret_volume(
+            WORKER_TOKEN_VOLUME,
+            &names::worker_token_secret(&job.name),
+            vec![key_to_path(
+                names::WORKER_TOKEN_KEY,
+                names::WORKER_TOKEN_KEY,
+            )],
+        ),
     ];
     if let Some(secret) = &job.checkpoint.credentials {
         volumes.push(secret_volume(

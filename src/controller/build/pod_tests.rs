@@ -102,12 +102,22 @@ seccompProfile:
         )
     );
     assert_eq!(spec["terminationGracePeriodSeconds"], 60);
-    assert_eq!(spec["serviceAccountName"], "card-count-worker");
-    assert_eq!(spec["automountServiceAccountToken"], true);
 }
 
 #[test]
-fn mounts_config_state_tmp_and_s3_credentials() {
+fn the_pods_get_no_service_account_token_and_only_the_users_account() {
+    let spec = pod_spec(&fixtures::validated());
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    assert!(spec.get("serviceAccountName").is_none(), "{spec}");
+    let named = pod_spec(&fixtures::validated_with(|job| {
+        job.spec.pod.service_account_name = Some("payments-workers".into());
+    }));
+    assert_eq!(named["serviceAccountName"], "payments-workers");
+    assert_eq!(named["automountServiceAccountToken"], false);
+}
+
+#[test]
+fn mounts_config_state_tmp_the_worker_token_and_s3_credentials() {
     let spec = pod_spec(&fixtures::validated());
     assert_eq!(
         spec["containers"][0]["volumeMounts"],
@@ -116,6 +126,7 @@ fn mounts_config_state_tmp_and_s3_credentials() {
 - {name: config, mountPath: /etc/streamkeeper/config, readOnly: true}
 - {name: state, mountPath: /var/lib/streamkeeper}
 - {name: tmp, mountPath: /tmp}
+- {name: worker-token, mountPath: /etc/streamkeeper/http, readOnly: true}
 - {name: s3-credentials, mountPath: /etc/streamkeeper/s3, readOnly: true}
 "#
         )
@@ -128,6 +139,12 @@ fn mounts_config_state_tmp_and_s3_credentials() {
   configMap: {name: card-count-worker-config}
 - name: tmp
   emptyDir: {}
+- name: worker-token
+  secret:
+    secretName: card-count-worker-token
+    defaultMode: 288
+    items:
+      - {key: token, path: token}
 - name: s3-credentials
   secret:
     secretName: streamkeeper-s3
@@ -183,7 +200,7 @@ secret:
         .iter()
         .map(|v| v["name"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(names, ["config", "tmp"]);
+    assert_eq!(names, ["config", "tmp", "worker-token"]);
 
     // TLS with system roots and no client certificate mounts nothing.
     let system_roots = pod_spec(&fixtures::validated_with(|job| {

@@ -77,6 +77,7 @@ pub fn render(job: &ValidatedJob) -> WorkerConfig {
         },
         http: HttpConfig {
             listen: names::HTTP_LISTEN.to_string(),
+            token_file: Some(PathBuf::from(names::WORKER_TOKEN_FILE)),
         },
     }
 }
@@ -112,6 +113,10 @@ mod tests {
         assert_eq!(config.kafka.dead_letter_topic, "payments.card-count.dlq");
         assert_eq!(config.state.dir, Path::new("/var/lib/streamkeeper/state"));
         assert_eq!(config.http.listen, "0.0.0.0:8080");
+        assert_eq!(
+            config.http.token_file.as_deref(),
+            Some(Path::new("/etc/streamkeeper/http/token"))
+        );
         let s3 = config.checkpoint.s3.unwrap();
         assert_eq!(
             s3.credentials_dir.as_deref(),

@@ -4,13 +4,13 @@
 //! ([`rules`]), called here, never copied.
 
 use super::{
-    CheckpointSettings, InvalidSpec, RestorePoint, RestoreRequest, ServiceAccountChoice,
-    StateSettings, ValidatedJob, Workers, quantity_to_bytes,
+    CheckpointSettings, InvalidSpec, RestorePoint, RestoreRequest, StateSettings, ValidatedJob,
+    Workers, quantity_to_bytes,
 };
 use crate::api::{
     CheckpointSpec, Compression, RestoreSpec, StateSpec, StatefulStreamJob, StatefulStreamJobSpec,
 };
-use crate::controller::{build, labels, names};
+use crate::controller::{build, labels};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use std::time::Duration;
@@ -48,7 +48,7 @@ pub(super) fn identity(
     Ok((namespace, name, owner))
 }
 
-pub(super) fn workers(spec: &StatefulStreamJobSpec, job: &str) -> Result<Workers, InvalidSpec> {
+pub(super) fn workers(spec: &StatefulStreamJobSpec) -> Result<Workers, InvalidSpec> {
     let image = non_empty("spec.image", Some(spec.image.as_str()), "the worker image")?;
     if spec.replicas < 1 {
         return Err(InvalidSpec::rule(
@@ -102,8 +102,7 @@ pub(super) fn workers(spec: &StatefulStreamJobSpec, job: &str) -> Result<Workers
                 format!("`{name}` is not a valid object name"),
             ));
         }
-        Some(name) => ServiceAccountChoice::User(name.clone()),
-        None => ServiceAccountChoice::Operator(names::worker_service_account(job)),
+        name => name.clone(),
     };
     Ok(Workers {
         image,

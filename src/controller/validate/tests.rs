@@ -59,10 +59,7 @@ fn resolves_names_durations_and_sizes() {
     assert_eq!(job.state.rocksdb.write_buffer_bytes, 64 << 20);
     assert_eq!(job.state.rocksdb.compression, Compression::Lz4);
     assert_eq!(job.workers.standby_replicas, 1);
-    assert_eq!(
-        job.workers.service_account,
-        ServiceAccountChoice::Operator("card-count-worker".into())
-    );
+    assert_eq!(job.workers.service_account, None);
     assert_eq!(job.acceptable_recovery_lag, 10_000);
     assert_eq!(job.restore, None);
     assert_eq!(

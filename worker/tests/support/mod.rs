@@ -216,6 +216,9 @@ impl Job {
         create_topic(&changelog, partitions, true).await;
         create_topic(&dead_letter, 1, false).await;
         let dir = tempfile::tempdir().unwrap();
+        // As the operator's mounted Secret holds it: the token `POST /v1/checkpoints` needs.
+        let token_file = dir.path().join("worker-token");
+        std::fs::write(&token_file, HTTP_TOKEN).unwrap();
         let config = WorkerConfig {
             version: WorkerConfig::VERSION,
             job: JobIdentity {
@@ -246,6 +249,7 @@ impl Job {
             recovery: RecoveryConfig::default(),
             http: HttpConfig {
                 listen: "127.0.0.1:0".into(),
+                token_file: Some(token_file),
             },
         };
         Self {
@@ -715,19 +719,44 @@ pub fn http_get(address: &str, path: &str) -> Option<(u16, String)> {
     http_request(address, "GET", path, Duration::from_secs(5))
 }
 
-/// A plain HTTP request without body on loopback: (status, body).
+/// The worker token of every test job (in the file its config's `http.tokenFile` names).
+pub const HTTP_TOKEN: &str = "streamkeeper-worker-tests-token-0123456789abcdef";
+
+/// A plain HTTP request without body on loopback: (status, body). A request that is not a read
+/// carries the test jobs' worker token, as the operator's does.
 pub fn http_request(
     address: &str,
     method: &str,
     path: &str,
     limit: Duration,
 ) -> Option<(u16, String)> {
+    let authorization = format!("Bearer {HTTP_TOKEN}");
+    let headers: &[(&str, &str)] = if method == "GET" {
+        &[]
+    } else {
+        &[("Authorization", authorization.as_str())]
+    };
+    http_request_with(address, method, path, headers, limit)
+}
+
+/// [`http_request`] with exactly `headers` added.
+pub fn http_request_with(
+    address: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    limit: Duration,
+) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(address).ok()?;
     stream.set_read_timeout(Some(limit)).ok()?;
+    let headers: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\n{headers}Content-Length: 0\r\nConnection: close\r\n\r\n"
     )
     .ok()?;
     let mut response = String::new();

@@ -155,8 +155,20 @@ pub fn active_with_commits(pod: &Pod, task: u32, transactions: u64) -> bool {
     })
 }
 
-/// A plain HTTP PUT with a JSON body on loopback: (status, body).
+/// A plain HTTP PUT with a JSON body on loopback, with the test jobs' worker token as the
+/// operator sends it: (status, body).
 pub fn http_put(address: &str, path: &str, body: &str) -> Option<(u16, String)> {
+    let authorization = format!("Authorization: Bearer {}\r\n", super::HTTP_TOKEN);
+    http_put_with(address, path, body, &authorization)
+}
+
+/// [`http_put`] with exactly `headers` (`Name: value` lines, each ending in CRLF) added.
+pub fn http_put_with(
+    address: &str,
+    path: &str,
+    body: &str,
+    headers: &str,
+) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(address).ok()?;
     stream
@@ -164,7 +176,7 @@ pub fn http_put(address: &str, path: &str, body: &str) -> Option<(u16, String)> 
         .ok()?;
     write!(
         stream,
-        "PUT {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "PUT {path} HTTP/1.1\r\nHost: {address}\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .ok()?;
