@@ -52,6 +52,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 async fn run(scenario: &Scenario, failures: u32) -> serde_json::Value {
     let system = System::start(
         &format!("bench-{}", scenario.name),
+        160,
         3,
         scenario.standbys,
         1_000,

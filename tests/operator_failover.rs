@@ -21,7 +21,7 @@ const FAILOVER_BOUND: Duration = Duration::from_secs(5);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_pods_tasks_are_promoted_on_their_standbys_within_the_bound() {
-    let system = System::start("op-failover", 3, 1, 2_000).await;
+    let system = System::start("op-failover", 120, 3, 1, 2_000).await;
     let before = system.settled(1).await;
 
     let producing = produce_in_background(&system.input, 2_000, 30);
@@ -79,5 +79,124 @@ async fn a_killed_pods_tasks_are_promoted_on_their_standbys_within_the_bound() {
         promoted.iter().any(|m| m.starts_with("task 0:")),
         "a Promoted Event names task 0: {promoted:?}"
     );
+    system.clean_up().await;
+}
+
+/// The longest time any task went without a new commit while `until` had not yet returned
+/// true, watching every pod's reports every 50 ms (a task's progress is its owner and that
+/// owner's count of committed transactions).
+async fn longest_stall(
+    system: &System,
+    mut until: impl AsyncFnMut() -> bool,
+) -> std::collections::BTreeMap<u32, Duration> {
+    use std::collections::BTreeMap;
+    use std::time::Instant;
+    use streamkeeper_contract::task_report::TaskRole;
+    let deadline = Instant::now() + WAIT;
+    // Per task and pod, the committed transactions last seen; per task, the last progress.
+    let mut counts: BTreeMap<(u32, String), u64> = BTreeMap::new();
+    let mut progress: BTreeMap<u32, Instant> = BTreeMap::new();
+    let mut longest: BTreeMap<u32, Duration> = BTreeMap::new();
+    while !until().await {
+        assert!(
+            Instant::now() < deadline,
+            "the rolling upgrade did not finish"
+        );
+        let now = Instant::now();
+        for (pod, reports) in system.reports().await {
+            for report in reports {
+                if report.role != TaskRole::Active || report.phase != TaskPhase::Running {
+                    continue;
+                }
+                let seen = counts.entry((report.task, pod.clone())).or_insert(0);
+                // A change to a non-zero count is a commit (a restarted copy counts from 0).
+                if report.committed_transactions != *seen && report.committed_transactions > 0 {
+                    progress.insert(report.task, now);
+                }
+                *seen = report.committed_transactions;
+                progress.entry(report.task).or_insert(now);
+            }
+        }
+        for (task, at) in &progress {
+            let stalled = now.duration_since(*at);
+            let worst = longest.entry(*task).or_default();
+            *worst = (*worst).max(stalled);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    longest
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rolling_upgrade_hands_every_task_off_to_a_warm_standby_first() {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use kube::api::{Patch, PatchParams};
+    use streamkeeper::api::StatefulStreamJob;
+    let system = System::start("op-rolling", 140, 3, 1, 2_000).await;
+    system.settled(1).await;
+    let sets: Api<StatefulSet> = Api::namespaced(system.client.clone(), &system.namespace);
+    wait_until("every pod Ready", async || {
+        let status = sets.get(system.name).await.ok()?.status?;
+        (status.ready_replicas == Some(3)).then_some(())
+    })
+    .await;
+    let producing = produce_in_background(&system.input, 2_000, 300);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // A new restartNonce: every pod is replaced, one at a time, each after handing its tasks
+    // to caught-up standbys, the next only once the copies are warm again.
+    let jobs: Api<StatefulStreamJob> = Api::namespaced(system.client.clone(), &system.namespace);
+    jobs.patch(
+        system.name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "spec": { "restartNonce": "upgrade-1" } })),
+    )
+    .await
+    .unwrap();
+    let sets: Api<StatefulSet> = Api::namespaced(system.client.clone(), &system.namespace);
+    let stalls = longest_stall(&system, async || {
+        let status = sets
+            .get(system.name)
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        let rolled = status.update_revision.is_some()
+            && status.current_revision == status.update_revision
+            && status.updated_replicas == Some(3)
+            && status.ready_replicas == Some(3);
+        if !rolled {
+            return false;
+        }
+        let reports = system.reports().await;
+        system
+            .document()
+            .await
+            .is_some_and(|document| settled(&document, &reports, 1))
+    })
+    .await;
+    eprintln!("longest stall per task during the rolling upgrade: {stalls:?}");
+    for (task, stall) in &stalls {
+        assert!(
+            *stall <= Duration::from_secs(5),
+            "task {task} stalled {stall:?} in the upgrade (handoff bound 5 s)"
+        );
+    }
+    let events: Api<Event> = Api::namespaced(system.client.clone(), &system.namespace);
+    let handed_off = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("HandedOff"))
+        .count();
+    assert!(handed_off >= 1, "the upgrade handed tasks off");
+
+    producing.join().unwrap();
+    wait_until("exactly one count per event", async || {
+        exact_output(&system.output, PARTITIONS, 32_000)
+    })
+    .await;
     system.clean_up().await;
 }

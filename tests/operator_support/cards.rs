@@ -87,7 +87,11 @@ pub fn produce_cards(topic: &str, cards: u32, range: std::ops::Range<u32>) {
             }
         }
     }
-    producer.flush(TIMEOUT).unwrap();
+    // A busy broker can take longer than one flush timeout; the records stay queued meanwhile.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while let Err(error) = producer.flush(TIMEOUT) {
+        assert!(Instant::now() < deadline, "producing to {topic}: {error}");
+    }
 }
 
 /// Every committed output record's `count`, per card, in order (read_committed from the start).

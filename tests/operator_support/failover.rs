@@ -34,8 +34,15 @@ pub struct System {
 
 impl System {
     /// Starts it all with `replicas` pods and `standbys` standbys per task, after `events`
-    /// input events are produced.
-    pub async fn start(prefix: &str, replicas: i32, standbys: i32, events: u32) -> Self {
+    /// input events are produced. The node agent gives pods the loopback addresses from
+    /// `127.0.0.<first_address>` on: tests running at once need ranges of their own.
+    pub async fn start(
+        prefix: &str,
+        first_address: u8,
+        replicas: i32,
+        standbys: i32,
+        events: u32,
+    ) -> Self {
         let client = client().await;
         let namespace = namespace(&client, prefix).await;
         let input = support::unique_name(&format!("{prefix}-in"));
@@ -57,7 +64,7 @@ impl System {
                 ))
                 .args(["--taint", &format!("{taint_key}={node}:NoSchedule")])
                 .args(["--provision-namespace", &namespace])
-                .args(["--first-pod-address", "120"])
+                .args(["--first-pod-address", &first_address.to_string()])
                 .env("RUST_LOG", "info"),
             dir.path().join("node.log"),
         );

@@ -20,12 +20,10 @@ use crate::metrics::TaskLabel;
 use crate::status::{PhaseTracker, TaskPhase};
 use crate::store::{ChangeSet, OpenOutcome, RocksStore, StateStore, TaskMetadata};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use std::time::{Duration, Instant};
 
-/// A fetch is applied at once when this many records are waiting, or when the partition's
-/// end is reached, or after [`APPLY_EVERY`].
+/// What was fetched is applied once this many records are waiting, or after [`APPLY_EVERY`].
 const BATCH_RECORDS: usize = 5_000;
 const APPLY_EVERY: Duration = Duration::from_millis(100);
 /// How often the lag is measured against the changelog's end.
@@ -41,12 +39,15 @@ pub(super) fn run(
     phase: &mut PhaseTracker,
 ) -> Result<(), TaskError> {
     phase.enter(TaskPhase::Restoring, Some("standby warming up".into()));
-    let consumer = changelog_consumer(context)?;
-    restore_from_changelog(context, task, store, outcome, &consumer, RestorePlan::Usual)?;
+    let warm_up = changelog_consumer(context, true)?;
+    restore_from_changelog(context, task, store, outcome, &warm_up, RestorePlan::Usual)?;
+    drop(warm_up);
     phase.enter(
         TaskPhase::Running,
         Some("standby: tailing the changelog".into()),
     );
+    // No end-of-partition events while tailing: the end is reached many times a second.
+    let consumer = changelog_consumer(context, false)?;
     let tailed = tail(context, task, store, &consumer);
     // Whatever ended the tail, what was applied is made durable, so a promotion (or a restart
     // on this volume) replays only what follows it.
@@ -60,10 +61,12 @@ pub(super) fn run(
     tailed
 }
 
-fn changelog_consumer(context: &WorkerContext) -> Result<BaseConsumer, TaskError> {
+/// A `read_committed` changelog consumer; `eof`: with end-of-partition events (the warm-up
+/// restore ends on one).
+fn changelog_consumer(context: &WorkerContext, eof: bool) -> Result<BaseConsumer, TaskError> {
     let config = &context.config;
     let mut client = kafka_client::consumer_config(&config.kafka, &config.job.group_id())?;
-    client.set("enable.partition.eof", "true");
+    client.set("enable.partition.eof", if eof { "true" } else { "false" });
     client
         .create()
         .map_err(|e| TaskError::kafka("creating the standby's changelog consumer", e))
@@ -92,9 +95,8 @@ fn tail(
     let mut applied_at = Instant::now();
     let mut lag_at: Option<Instant> = None;
     while !context.shutting_down() {
-        let at_end = match consumer.poll(Duration::from_millis(50)) {
-            None => false,
-            Some(Err(KafkaError::PartitionEOF(_))) => true,
+        let idle = match consumer.poll(Duration::from_millis(50)) {
+            None => true,
             Some(Err(error)) => return Err(TaskError::kafka("tailing the changelog", error)),
             Some(Ok(message)) => {
                 let key = message.key().unwrap_or_default();
@@ -109,7 +111,7 @@ fn tail(
                 false
             }
         };
-        let due = at_end || batch.len() >= BATCH_RECORDS || applied_at.elapsed() >= APPLY_EVERY;
+        let due = idle || batch.len() >= BATCH_RECORDS || applied_at.elapsed() >= APPLY_EVERY;
         if !batch.is_empty() && due {
             store.restore_batch(&batch, &meta)?;
             batch.clear();
