@@ -11,14 +11,12 @@ mod identity;
 mod incarnation;
 mod input_position;
 mod record_size;
-mod requested_restore;
 mod restore;
-mod restore_checkpoint;
 
 pub use error::TaskError;
 pub use incarnation::of_state as changelog_incarnation_of;
 pub use record_size::MAX_RECORD_BYTES;
-pub use requested_restore::restore_request_from_env;
+pub use restore::restore_request_from_env;
 
 use crate::checkpoint::CheckpointService;
 use crate::metrics::WorkerMetrics;
@@ -60,6 +58,11 @@ impl WorkerContext {
             slept += step;
         }
     }
+}
+
+/// The changelog (and input) partition of task `task`: task i is partition i.
+pub(crate) fn partition_of(task: u32) -> Result<i32, TaskError> {
+    i32::try_from(task).map_err(|_| TaskError::Internal(format!("task {task} is not a partition")))
 }
 
 /// Runs active task `task` until shutdown or fencing. Never panics; errors are retried.
@@ -146,7 +149,7 @@ fn run_once(
         .checkpoints
         .as_ref()
         .map(|service| service.task(task));
-    requested_restore::restore_task(context, task, store, outcome, &loop_)?;
+    restore::restore_task(context, task, store, outcome, &loop_)?;
     identity::check(task, store, &config.processor, &loop_)?;
     loop_.resume_input(store)?;
     phase.enter(TaskPhase::Running, None);
