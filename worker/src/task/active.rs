@@ -7,8 +7,8 @@
 use super::dead_letter::DeadLetter;
 use super::fence;
 use super::input_position::{self, InputFacts, InputStart};
+use super::partition_of;
 use super::record_size;
-use super::restore::partition_of;
 use super::{TaskError, WorkerContext};
 use crate::checkpoint::TaskCheckpoints;
 use crate::failpoint;

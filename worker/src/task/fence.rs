@@ -16,7 +16,8 @@
 //! the task back, and whichever commits first makes the other stop. Fencing keeps the output
 //! exact either way. (The assignment generation of the standby work will settle it earlier.)
 
-use super::restore::{ChangelogProbe, partition_of};
+use super::partition_of;
+use super::restore::ChangelogProbe;
 use super::{TaskError, WorkerContext};
 use crate::kafka_client;
 use crate::metrics::TaskLabel;

@@ -13,16 +13,14 @@ mod identity;
 mod incarnation;
 mod input_position;
 mod record_size;
-mod requested_restore;
 mod restore;
-mod restore_checkpoint;
 mod slot;
 mod standby;
 
 pub use error::TaskError;
 pub use incarnation::of_state as changelog_incarnation_of;
 pub use record_size::MAX_RECORD_BYTES;
-pub use requested_restore::restore_request_from_env;
+pub use restore::restore_request_from_env;
 pub use slot::{Role, TaskSlot};
 
 use crate::checkpoint::CheckpointService;
@@ -71,6 +69,11 @@ impl WorkerContext {
             slept += step;
         }
     }
+}
+
+/// The changelog (and input) partition of task `task`: task i is partition i.
+pub(crate) fn partition_of(task: u32) -> Result<i32, TaskError> {
+    i32::try_from(task).map_err(|_| TaskError::Internal(format!("task {task} is not a partition")))
 }
 
 /// How a role ended.
@@ -170,7 +173,7 @@ fn run_once(
         .checkpoints
         .as_ref()
         .map(|service| service.task(task));
-    requested_restore::restore_task(context, task, store, outcome, &loop_)?;
+    restore::restore_task(context, task, store, outcome, &loop_)?;
     identity::check(task, store, &config.processor, &loop_)?;
     loop_.resume_input(store)?;
     phase.enter(TaskPhase::Running, None);

@@ -13,8 +13,7 @@
 //! as `streamkeeper_standby_lag_records`; warm-up progress is the restore progress.
 
 use super::input_position::position_in_record;
-use super::restore::{RestorePlan, partition_of, restore_from_changelog};
-use super::{TaskError, WorkerContext};
+use super::{TaskError, WorkerContext, partition_of, restore};
 use crate::kafka_client;
 use crate::metrics::TaskLabel;
 use crate::status::{PhaseTracker, TaskPhase};
@@ -40,7 +39,7 @@ pub(super) fn run(
 ) -> Result<(), TaskError> {
     phase.enter(TaskPhase::Restoring, Some("standby warming up".into()));
     let warm_up = changelog_consumer(context, true)?;
-    restore_from_changelog(context, task, store, outcome, &warm_up, RestorePlan::Usual)?;
+    restore::warm_up(context, task, store, outcome, &warm_up)?;
     drop(warm_up);
     phase.enter(
         TaskPhase::Running,
