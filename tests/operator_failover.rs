@@ -82,6 +82,20 @@ async fn a_killed_pods_tasks_are_promoted_on_their_standbys_within_the_bound() {
     system.clean_up().await;
 }
 
+/// The notes of the job's Events with `reason`.
+async fn events_with_reason(system: &System, reason: &str) -> Vec<String> {
+    let events: Api<Event> = Api::namespaced(system.client.clone(), &system.namespace);
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
 /// The longest time any task went without a new commit while `until` had not yet returned
 /// true, watching every pod's reports every 50 ms (a task's progress is its owner and that
 /// owner's count of committed transactions).
@@ -144,7 +158,9 @@ async fn a_rolling_upgrade_hands_every_task_off_to_a_warm_standby_first() {
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // A new restartNonce: every pod is replaced, one at a time, each after handing its tasks
-    // to caught-up standbys, the next only once the copies are warm again.
+    // to caught-up standbys, the next only once the copies are warm again. A pod deleted while
+    // it still ran tasks would be a failover (a `Promoted` Event): there must be none.
+    let promoted_before = events_with_reason(&system, "Promoted").await;
     let jobs: Api<StatefulStreamJob> = Api::namespaced(system.client.clone(), &system.namespace);
     jobs.patch(
         system.name,
@@ -153,18 +169,37 @@ async fn a_rolling_upgrade_hands_every_task_off_to_a_warm_standby_first() {
     )
     .await
     .unwrap();
-    let sets: Api<StatefulSet> = Api::namespaced(system.client.clone(), &system.namespace);
+    wait_until("the operator applied the new template", async || {
+        let set = sets.get(system.name).await.ok()?;
+        let nonce = set
+            .spec?
+            .template
+            .metadata?
+            .annotations?
+            .get("streamkeeper.dev/restart-nonce")
+            .cloned();
+        (nonce.as_deref() == Some("upgrade-1")).then_some(())
+    })
+    .await;
     let stalls = longest_stall(&system, async || {
-        let status = sets
-            .get(system.name)
-            .await
-            .unwrap()
-            .status
-            .unwrap_or_default();
-        let rolled = status.update_revision.is_some()
-            && status.current_revision == status.update_revision
-            && status.updated_replicas == Some(3)
-            && status.ready_replicas == Some(3);
+        // OnDelete never moves `currentRevision`: the roll is done when every pod is from the
+        // update revision and Ready, and every copy is warm again.
+        let set = sets.get(system.name).await.unwrap();
+        let status = set.status.clone().unwrap_or_default();
+        let revision = status.update_revision.clone().unwrap_or_default();
+        let pods = system.pods().await;
+        let rolled = status.observed_generation == set.metadata.generation
+            && status.ready_replicas == Some(3)
+            && pods.len() == 3
+            && pods.iter().all(|pod| {
+                pod.metadata.deletion_timestamp.is_none()
+                    && pod
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|labels| labels.get("controller-revision-hash"))
+                        == Some(&revision)
+            });
         if !rolled {
             return false;
         }
@@ -182,16 +217,14 @@ async fn a_rolling_upgrade_hands_every_task_off_to_a_warm_standby_first() {
             "task {task} stalled {stall:?} in the upgrade (handoff bound 5 s)"
         );
     }
-    let events: Api<Event> = Api::namespaced(system.client.clone(), &system.namespace);
-    let handed_off = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("HandedOff"))
-        .count();
-    assert!(handed_off >= 1, "the upgrade handed tasks off");
+    let handed_off = events_with_reason(&system, "HandedOff").await;
+    assert!(!handed_off.is_empty(), "the upgrade handed tasks off");
+    let promoted = events_with_reason(&system, "Promoted").await;
+    assert_eq!(
+        promoted.len(),
+        promoted_before.len(),
+        "no task was failed over in the upgrade: {promoted:?}"
+    );
 
     producing.join().unwrap();
     wait_until("exactly one count per event", async || {

@@ -160,12 +160,39 @@ impl System {
     }
 
     /// Waits until every task runs on its owner and has `standbys` warm standbys; the document.
+    /// Gives up after [`WAIT`], naming the document and the reports it saw last.
     pub async fn settled(&self, standbys: usize) -> AssignmentDocument {
-        wait_until("every task owned, standbys warm", async || {
-            let document = self.document().await?;
-            settled(&document, &self.reports().await, standbys).then_some(document)
-        })
-        .await
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let document = self.document().await;
+            let reports = self.reports().await;
+            if let Some(document) = &document
+                && settled(document, &reports, standbys)
+            {
+                return document.clone();
+            }
+            if Instant::now() >= deadline {
+                let seen: BTreeMap<&String, Vec<String>> = reports
+                    .iter()
+                    .map(|(pod, list)| {
+                        let tasks = list
+                            .iter()
+                            .map(|r| {
+                                format!(
+                                    "{}:{:?}/{:?}/lag {:?}",
+                                    r.task, r.role, r.phase, r.changelog_lag
+                                )
+                            })
+                            .collect();
+                        (pod, tasks)
+                    })
+                    .collect();
+                panic!(
+                    "every task owned, standbys warm: not within {WAIT:?}; document {document:?}; reports {seen:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Sends `signal` (`KILL`, `STOP`) to the process of `task`'s owner; returns the owner and
