@@ -215,14 +215,23 @@ pub async fn replace_outdated_pods(
     // loop moves them while the pod still runs), and the next pod waits for warm copies again.
     let hand_off = job.workers.standby_replicas > 0;
     let next_may_go = !hand_off || ctx.failovers.settled(&job.namespace, &job.name);
-    let (chosen, outdated) = pods_to_replace(&pods, &update_revision, next_may_go);
+    let (mut chosen, outdated) = pods_to_replace(&pods, &update_revision, next_may_go);
+    // One pod drains at a time; the one already draining stays first until it is gone.
+    let draining = ctx.failovers.draining(&job.namespace, &job.name);
+    chosen.sort_by_key(|pod| Some(pod.name_any()) != draining);
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &job.namespace);
     let mut deleted = Vec::new();
+    let mut drains = false;
     for pod in chosen {
         let name = pod.name_any();
-        if hand_off && is_ready(pod) && !ctx.failovers.drained(&job.namespace, &job.name, &name) {
-            tracing::info!(job = %job.name, pod = %name, "handing the pod's tasks off before replacing it");
-            ctx.failovers.drain(&job.namespace, &job.name, Some(&name));
+        // Ready or not (a pod taking over a task is briefly not ready), a pod that still holds
+        // tasks hands them off first; one whose tasks already failed over holds nothing.
+        if hand_off && !ctx.failovers.drained(&job.namespace, &job.name, &name) {
+            if !drains {
+                tracing::info!(job = %job.name, pod = %name, "handing the pod's tasks off before replacing it");
+                ctx.failovers.drain(&job.namespace, &job.name, Some(&name));
+                drains = true;
+            }
             continue;
         }
         match api.delete(&name, &DeleteParams::default()).await {

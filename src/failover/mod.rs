@@ -91,8 +91,10 @@ struct Running {
 #[derive(Debug, Default)]
 struct LoopView {
     document: Option<AssignmentDocument>,
-    /// Per pod, the tasks it last reported as an active copy that has not released them.
-    actives: BTreeMap<String, usize>,
+    /// Pods that answered the last poll holding no active copy (all released).
+    released: std::collections::BTreeSet<String>,
+    /// Pods that do not answer at all (their process is gone, or they hang).
+    unreachable: std::collections::BTreeSet<String>,
     /// Every task runs on its owner and every standby is within the acceptable lag.
     settled: bool,
 }
@@ -150,6 +152,13 @@ impl Failovers {
         }
     }
 
+    /// The pod being drained, if any.
+    pub fn draining(&self, namespace: &str, name: &str) -> Option<String> {
+        let loops = self.lock();
+        let running = loops.get(&format!("{namespace}/{name}"))?;
+        locked(&running.draining).clone()
+    }
+
     /// `pod` holds no task in the stored assignment and has released every active copy.
     pub fn drained(&self, namespace: &str, name: &str, pod: &str) -> bool {
         let loops = self.lock();
@@ -161,7 +170,8 @@ impl Failovers {
             document.active_tasks_of(pod).next().is_some()
                 || document.standby_tasks_of(pod).next().is_some()
         });
-        !assigned && view.actives.get(pod).copied().unwrap_or(0) == 0
+        // A pod that did not answer this time may still hold tasks, unless it is gone.
+        !assigned && (view.released.contains(pod) || view.unreachable.contains(pod))
     }
 
     /// Every task runs on its owner and every standby is caught up: the next pod of a rolling
@@ -298,7 +308,14 @@ async fn tick(
         send(job, state, now).await;
         state.sent_at = Some(Instant::now());
     }
-    *locked(&shared.view) = view_of(job, state.document.as_ref(), &reports, state.pods.len());
+    let mut view = view_of(job, state.document.as_ref(), &reports, state.pods.len());
+    view.unreachable = state
+        .pods
+        .iter()
+        .filter(|(pod, _)| !state.heartbeats.reachable(&pod.name, now))
+        .map(|(pod, _)| pod.name.clone())
+        .collect();
+    *locked(&shared.view) = view;
     Ok(())
 }
 
@@ -311,16 +328,14 @@ fn view_of(
     pods: usize,
 ) -> LoopView {
     use streamkeeper_contract::task_report::{TaskPhase, TaskRole};
-    let actives = reports
+    let released = reports
         .iter()
-        .map(|(pod, list)| {
-            let held = list
-                .iter()
+        .filter(|(_, list)| {
+            list.iter()
                 .filter(|r| r.role == TaskRole::Active)
-                .filter(|r| !matches!(r.phase, TaskPhase::Stopped | TaskPhase::Fenced))
-                .count();
-            (pod.clone(), held)
+                .all(|r| matches!(r.phase, TaskPhase::Stopped | TaskPhase::Fenced))
         })
+        .map(|(pod, _)| pod.clone())
         .collect();
     let copy = |pod: &str, task: u32, role: TaskRole| {
         reports
@@ -345,7 +360,8 @@ fn view_of(
         });
     LoopView {
         document: document.cloned(),
-        actives,
+        released,
+        unreachable: std::collections::BTreeSet::new(),
         settled,
     }
 }
