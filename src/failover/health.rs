@@ -14,8 +14,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// How long a pod may be silent before its tasks move.
-pub const SUSPECT_AFTER: Duration = Duration::from_millis(1_000);
+/// How long a pod may be silent before its tasks move. Two seconds: a busy worker (two cores
+/// shared by many processes, as in CI) missed a second of polls without being frozen, and each
+/// false suspicion costs a handoff; a dead process is found at once anyway (refused).
+pub const SUSPECT_AFTER: Duration = Duration::from_millis(2_000);
 /// How long a pod that has never answered counts as starting, not failed.
 pub const STARTUP_GRACE: Duration = Duration::from_secs(30);
 

@@ -41,7 +41,7 @@ use tokio::sync::watch;
 /// How often every pod is asked for its reports.
 pub const POLL_EVERY: Duration = Duration::from_millis(250);
 /// How long one poll may take before it counts as silence.
-const POLL_TIMEOUT: Duration = Duration::from_millis(400);
+const POLL_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often the pod list is read from the apiserver.
 const LIST_EVERY: Duration = Duration::from_secs(1);
 /// How often an unchanged document is sent again (to a pod that restarted, say).
