@@ -157,14 +157,9 @@ fn is_ready(pod: &Pod) -> bool {
 }
 
 /// Which outdated pods to delete now: every outdated pod that is not ready (it serves nothing, so
-/// replacing it costs nothing), plus one ready outdated pod when every other pod is ready, none
-/// is being replaced and `next_may_go` (the copies of the last one replaced are warm), so at
-/// most one working pod is down at a time, as the PDB allows.
-pub fn pods_to_replace<'a>(
-    pods: &'a [Pod],
-    update_revision: &str,
-    next_may_go: bool,
-) -> (Vec<&'a Pod>, usize) {
+/// replacing it costs nothing), plus one ready outdated pod when every other pod is ready and
+/// none is being replaced (so at most one working pod is down at a time, as the PDB allows).
+pub fn pods_to_replace<'a>(pods: &'a [Pod], update_revision: &str) -> (Vec<&'a Pod>, usize) {
     let live: Vec<&Pod> = pods
         .iter()
         .filter(|pod| pod.metadata.deletion_timestamp.is_none())
@@ -186,7 +181,6 @@ pub fn pods_to_replace<'a>(
     if chosen.is_empty()
         && !someone_terminating
         && others_ready
-        && next_may_go
         && let Some(first_ready) = outdated.first()
     {
         chosen.push(first_ready);
@@ -211,29 +205,11 @@ pub async fn replace_outdated_pods(
         });
     };
     let pods = job_pods(ctx, job).await?;
-    // With standbys, a working pod first hands its tasks to caught-up standbys (the failover
-    // loop moves them while the pod still runs), and the next pod waits for warm copies again.
-    let hand_off = job.workers.standby_replicas > 0;
-    let next_may_go = !hand_off || ctx.failovers.settled(&job.namespace, &job.name);
-    let (mut chosen, outdated) = pods_to_replace(&pods, &update_revision, next_may_go);
-    // One pod drains at a time; the one already draining stays first until it is gone.
-    let draining = ctx.failovers.draining(&job.namespace, &job.name);
-    chosen.sort_by_key(|pod| Some(pod.name_any()) != draining);
+    let (chosen, outdated) = pods_to_replace(&pods, &update_revision);
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &job.namespace);
     let mut deleted = Vec::new();
-    let mut drains = false;
     for pod in chosen {
         let name = pod.name_any();
-        // Ready or not (a pod taking over a task is briefly not ready), a pod that still holds
-        // tasks hands them off first; one whose tasks already failed over holds nothing.
-        if hand_off && !ctx.failovers.drained(&job.namespace, &job.name, &name) {
-            if !drains {
-                tracing::info!(job = %job.name, pod = %name, "handing the pod's tasks off before replacing it");
-                ctx.failovers.drain(&job.namespace, &job.name, Some(&name));
-                drains = true;
-            }
-            continue;
-        }
         match api.delete(&name, &DeleteParams::default()).await {
             Ok(_) => deleted.push(name),
             Err(kube::Error::Api(status)) if status.code == 404 => {}
@@ -248,9 +224,6 @@ pub async fn replace_outdated_pods(
                 .into());
             }
         }
-    }
-    if !deleted.is_empty() {
-        ctx.failovers.drain(&job.namespace, &job.name, None);
     }
     if !deleted.is_empty() {
         tracing::info!(job = %job.name, pods = ?deleted, %update_revision, "replacing outdated worker pods");
@@ -301,7 +274,7 @@ mod tests {
             pod("j-1", "old", false, false),
             pod("j-2", "new", false, false),
         ];
-        let (chosen, outdated) = pods_to_replace(&pods, "new", true);
+        let (chosen, outdated) = pods_to_replace(&pods, "new");
         assert_eq!(names(&chosen), ["j-0", "j-1"]);
         assert_eq!(outdated, 2);
     }
@@ -313,23 +286,20 @@ mod tests {
             pod("j-1", "old", true, false),
             pod("j-2", "new", true, false),
         ];
-        let (chosen, outdated) = pods_to_replace(&pods, "new", true);
+        let (chosen, outdated) = pods_to_replace(&pods, "new");
         assert_eq!(names(&chosen), ["j-0"]);
         assert_eq!(outdated, 2);
-        // The copies of the last replaced pod are still warming: the next one waits.
-        let (chosen, _) = pods_to_replace(&pods, "new", false);
-        assert!(chosen.is_empty());
 
         let replacing = [
             pod("j-0", "old", true, true),
             pod("j-1", "old", true, false),
             pod("j-2", "new", true, false),
         ];
-        let (chosen, outdated) = pods_to_replace(&replacing, "new", true);
+        let (chosen, outdated) = pods_to_replace(&replacing, "new");
         assert!(chosen.is_empty());
         assert_eq!(outdated, 1);
 
         let up_to_date = [pod("j-0", "new", true, false)];
-        assert_eq!(pods_to_replace(&up_to_date, "new", true), (vec![], 0));
+        assert_eq!(pods_to_replace(&up_to_date, "new"), (vec![], 0));
     }
 }

@@ -76,48 +76,24 @@ pub struct FailoverDeps {
 /// The running loops, by `namespace/name`.
 #[derive(Default)]
 pub struct Failovers {
-    loops: Mutex<HashMap<String, Running>>,
-}
-
-/// One job's loop as the rest of the operator sees it.
-struct Running {
-    job: watch::Sender<FailoverJob>,
-    /// A pod whose tasks should move off before it is deleted (a rolling upgrade).
-    draining: Arc<Mutex<Option<String>>>,
-    view: Arc<Mutex<LoopView>>,
-}
-
-/// What the loop found at its last poll, for the rolling upgrade.
-#[derive(Debug, Default)]
-struct LoopView {
-    document: Option<AssignmentDocument>,
-    /// Pods that answered the last poll holding no active copy (all released).
-    released: std::collections::BTreeSet<String>,
-    /// Pods that do not answer at all (their process is gone, or they hang).
-    unreachable: std::collections::BTreeSet<String>,
-    /// Every task runs on its owner and every standby is within the acceptable lag.
-    settled: bool,
-}
-
-fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    loops: Mutex<HashMap<String, watch::Sender<FailoverJob>>>,
 }
 
 impl Failovers {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
-        locked(&self.loops)
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<FailoverJob>>> {
+        self.loops
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Starts the job's loop, or hands it the job's current settings.
     pub fn ensure(&self, deps: &FailoverDeps, job: FailoverJob) {
         let key = format!("{}/{}", job.namespace, job.name);
         let mut loops = self.lock();
-        if let Some(running) = loops.get(&key)
-            && !running.job.is_closed()
+        if let Some(sender) = loops.get(&key)
+            && !sender.is_closed()
         {
-            running.job.send_if_modified(|current| {
+            sender.send_if_modified(|current| {
                 let changed = *current != job;
                 if changed {
                     *current = job.clone();
@@ -127,67 +103,14 @@ impl Failovers {
             return;
         }
         let (sender, receiver) = watch::channel(job);
-        let running = Running {
-            job: sender,
-            draining: Arc::new(Mutex::new(None)),
-            view: Arc::new(Mutex::new(LoopView::default())),
-        };
-        let shared = Shared {
-            draining: Arc::clone(&running.draining),
-            view: Arc::clone(&running.view),
-        };
-        tokio::spawn(run(deps.clone(), receiver, shared));
-        loops.insert(key, running);
+        tokio::spawn(run(deps.clone(), receiver));
+        loops.insert(key, sender);
     }
 
     /// Stops the job's loop (the job is being deleted).
     pub fn stop(&self, namespace: &str, name: &str) {
         self.lock().remove(&format!("{namespace}/{name}"));
     }
-
-    /// Moves every task of `pod` to another pod's copy (`None`: no pod is drained).
-    pub fn drain(&self, namespace: &str, name: &str, pod: Option<&str>) {
-        if let Some(running) = self.lock().get(&format!("{namespace}/{name}")) {
-            *locked(&running.draining) = pod.map(str::to_string);
-        }
-    }
-
-    /// The pod being drained, if any.
-    pub fn draining(&self, namespace: &str, name: &str) -> Option<String> {
-        let loops = self.lock();
-        let running = loops.get(&format!("{namespace}/{name}"))?;
-        locked(&running.draining).clone()
-    }
-
-    /// `pod` holds no task in the stored assignment and has released every active copy.
-    pub fn drained(&self, namespace: &str, name: &str, pod: &str) -> bool {
-        let loops = self.lock();
-        let Some(running) = loops.get(&format!("{namespace}/{name}")) else {
-            return true;
-        };
-        let view = locked(&running.view);
-        let assigned = view.document.as_ref().is_some_and(|document| {
-            document.active_tasks_of(pod).next().is_some()
-                || document.standby_tasks_of(pod).next().is_some()
-        });
-        // A pod that did not answer this time may still hold tasks, unless it is gone.
-        !assigned && (view.released.contains(pod) || view.unreachable.contains(pod))
-    }
-
-    /// Every task runs on its owner and every standby is caught up: the next pod of a rolling
-    /// upgrade may go. True when the job has no loop.
-    pub fn settled(&self, namespace: &str, name: &str) -> bool {
-        let loops = self.lock();
-        loops
-            .get(&format!("{namespace}/{name}"))
-            .is_none_or(|running| locked(&running.view).settled)
-    }
-}
-
-/// What a loop shares with the registry.
-struct Shared {
-    draining: Arc<Mutex<Option<String>>>,
-    view: Arc<Mutex<LoopView>>,
 }
 
 /// The loop's memory between polls.
@@ -204,7 +127,7 @@ struct LoopState {
     token: Option<WorkerToken>,
 }
 
-async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>, shared: Shared) {
+async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>) {
     let mut state = LoopState {
         document: None,
         read_back: false,
@@ -230,8 +153,7 @@ async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>, shared: 
             state.read_back = false;
             continue;
         }
-        let draining = locked(&shared.draining).clone();
-        if let Err(error) = tick(&deps, &current, draining.as_deref(), &mut state, &shared).await {
+        if let Err(error) = tick(&deps, &current, &mut state).await {
             tracing::warn!(job = %current.name, namespace = %current.namespace, %error, "failover loop: retrying next poll");
         }
     }
@@ -250,9 +172,7 @@ enum PollError {
 async fn tick(
     deps: &FailoverDeps,
     job: &FailoverJob,
-    draining: Option<&str>,
     state: &mut LoopState,
-    shared: &Shared,
 ) -> Result<(), PollError> {
     if !state.read_back {
         state.document = store::read(&deps.client, &job.namespace, &job.name).await?;
@@ -275,10 +195,7 @@ async fn tick(
     let reports = poll_pods(job, state).await;
     let now = Instant::now();
     let pods: Vec<PodFacts> = state.pods.iter().map(|(p, _)| p.clone()).collect();
-    // A draining pod keeps answering (it hands its tasks over) but takes no copy.
-    let places = facts::places(&pods, |pod| {
-        Some(pod) != draining && state.heartbeats.alive(pod, now)
-    });
+    let places = facts::places(&pods, |pod| state.heartbeats.alive(pod, now));
     let answered = pods
         .iter()
         .filter(|p| state.heartbeats.answered(&p.name))
@@ -308,62 +225,7 @@ async fn tick(
         send(job, state, now).await;
         state.sent_at = Some(Instant::now());
     }
-    let mut view = view_of(job, state.document.as_ref(), &reports, state.pods.len());
-    view.unreachable = state
-        .pods
-        .iter()
-        .filter(|(pod, _)| !state.heartbeats.reachable(&pod.name, now))
-        .map(|(pod, _)| pod.name.clone())
-        .collect();
-    *locked(&shared.view) = view;
     Ok(())
-}
-
-/// The loop's findings for the rolling upgrade: who still runs active copies, and whether
-/// every pod answers and every task and standby is where the document says and caught up.
-fn view_of(
-    job: &FailoverJob,
-    document: Option<&AssignmentDocument>,
-    reports: &[(String, Vec<TaskReport>)],
-    pods: usize,
-) -> LoopView {
-    use streamkeeper_contract::task_report::{TaskPhase, TaskRole};
-    let released = reports
-        .iter()
-        .filter(|(_, list)| {
-            list.iter()
-                .filter(|r| r.role == TaskRole::Active)
-                .all(|r| matches!(r.phase, TaskPhase::Stopped | TaskPhase::Fenced))
-        })
-        .map(|(pod, _)| pod.clone())
-        .collect();
-    let copy = |pod: &str, task: u32, role: TaskRole| {
-        reports
-            .iter()
-            .filter(|(name, _)| name == pod)
-            .flat_map(|(_, list)| list)
-            .find(|r| r.task == task && r.role == role && r.phase == TaskPhase::Running)
-            .cloned()
-    };
-    let settled = reports.len() == pods
-        && document.is_some_and(|document| {
-            document.tasks.iter().all(|task| {
-                task.active
-                    .as_deref()
-                    .is_some_and(|owner| copy(owner, task.task, TaskRole::Active).is_some())
-                    && task.standbys.iter().all(|standby| {
-                        copy(standby, task.task, TaskRole::Standby).is_some_and(|r| {
-                            r.changelog_lag.unwrap_or(0) <= job.acceptable_recovery_lag
-                        })
-                    })
-            })
-        });
-    LoopView {
-        document: document.cloned(),
-        released,
-        unreachable: std::collections::BTreeSet::new(),
-        settled,
-    }
 }
 
 /// The job's worker pods that exist and are not being deleted, with their addresses.
