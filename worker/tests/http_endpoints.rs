@@ -87,7 +87,7 @@ async fn a_checkpoint_request_needs_the_jobs_worker_token() {
     job.wait_until_caught_up(&mut worker, Duration::from_secs(60));
     let post = |worker: &Worker, headers: &[(&str, &str)]| {
         let limit = Duration::from_secs(150);
-        http_request_with(&address, "POST", "/v1/checkpoints", headers, limit)
+        http_request_with(&address, "POST", "/v1/checkpoints", headers, "", limit)
             .unwrap_or_else(|| panic!("no answer; log:\n{}", worker.log_tail()))
     };
 

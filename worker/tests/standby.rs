@@ -64,7 +64,7 @@ async fn a_killed_owners_tasks_move_to_their_warm_standbys_and_the_output_stays_
         &[("standby-0", &["standby-1"]), ("standby-1", &["standby-0"])],
     );
     let body = String::from_utf8(streamkeeper_contract::Versioned::to_json(&first)).unwrap();
-    let unsigned = http_put_with(&a.address, "/v1/assignment", &body, "").unwrap();
+    let unsigned = http_put_with(&a.address, "/v1/assignment", &body, &[]).unwrap();
     assert_eq!(
         unsigned.0, 401,
         "an assignment without the token: {}",

@@ -12,14 +12,13 @@
 //! Lag is the distance to the changelog's end, reported on `/v1/tasks` (`changelogLag`) and
 //! as `streamkeeper_standby_lag_records`; warm-up progress is the restore progress.
 
-use super::input_position::position_in_record;
 use super::{TaskError, WorkerContext, partition_of, restore};
 use crate::kafka_client;
 use crate::metrics::TaskLabel;
 use crate::status::{PhaseTracker, TaskPhase};
 use crate::store::{ChangeSet, OpenOutcome, RocksStore, StateStore, TaskMetadata};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use std::time::{Duration, Instant};
 
 /// What was fetched is applied once this many records are waiting, or after [`APPLY_EVERY`].
@@ -98,15 +97,7 @@ fn tail(
             None => true,
             Some(Err(error)) => return Err(TaskError::kafka("tailing the changelog", error)),
             Some(Ok(message)) => {
-                let key = message.key().unwrap_or_default();
-                batch.set(key.to_vec(), message.payload().map(<[u8]>::to_vec));
-                if let Some(position) = position_in_record(key, message.payload()) {
-                    meta.next_input_offset = position;
-                }
-                meta.next_changelog_offset = message.offset() + 1;
-                if let Some(ts) = message.timestamp().to_millis() {
-                    meta.newest_changelog_timestamp_ms = Some(ts);
-                }
+                restore::take_record(&message, &mut batch, &mut meta);
                 false
             }
         };

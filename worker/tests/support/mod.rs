@@ -736,15 +736,16 @@ pub fn http_request(
     } else {
         &[("Authorization", authorization.as_str())]
     };
-    http_request_with(address, method, path, headers, limit)
+    http_request_with(address, method, path, headers, "", limit)
 }
 
-/// [`http_request`] with exactly `headers` added.
+/// [`http_request`] with exactly `headers` added, and `body` (JSON, empty for none).
 pub fn http_request_with(
     address: &str,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
+    body: &str,
     limit: Duration,
 ) -> Option<(u16, String)> {
     use std::io::{Read, Write};
@@ -756,7 +757,8 @@ pub fn http_request_with(
         .collect();
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: {address}\r\n{headers}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
     )
     .ok()?;
     let mut response = String::new();

@@ -158,36 +158,18 @@ pub fn active_with_commits(pod: &Pod, task: u32, transactions: u64) -> bool {
 /// A plain HTTP PUT with a JSON body on loopback, with the test jobs' worker token as the
 /// operator sends it: (status, body).
 pub fn http_put(address: &str, path: &str, body: &str) -> Option<(u16, String)> {
-    let authorization = format!("Authorization: Bearer {}\r\n", super::HTTP_TOKEN);
-    http_put_with(address, path, body, &authorization)
+    let authorization = format!("Bearer {}", super::HTTP_TOKEN);
+    http_put_with(address, path, body, &[("Authorization", &authorization)])
 }
 
-/// [`http_put`] with exactly `headers` (`Name: value` lines, each ending in CRLF) added.
+/// [`http_put`] with exactly `headers` added.
 pub fn http_put_with(
     address: &str,
     path: &str,
     body: &str,
-    headers: &str,
+    headers: &[(&str, &str)],
 ) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(address).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .ok()?;
-    write!(
-        stream,
-        "PUT {path} HTTP/1.1\r\nHost: {address}\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((status, body))
+    super::http_request_with(address, "PUT", path, headers, body, Duration::from_secs(30))
 }
 
 /// The `seconds` of the newest "promotion: first commit" line of `log` for `task`.

@@ -26,6 +26,7 @@ mod progress;
 mod replay;
 
 pub(super) use facts::ChangelogProbe;
+pub(super) use replay::take_record;
 
 use self::facts::{RetentionLookup, now_ms};
 use self::input::Rebuilder;

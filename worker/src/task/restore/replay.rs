@@ -14,6 +14,7 @@ use crate::task::TaskError;
 use crate::task::input_position::position_in_record;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
+use rdkafka::message::BorrowedMessage;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use std::time::Duration;
 
@@ -84,6 +85,26 @@ pub(super) fn replay(
 
 /// Polls the assigned partition to its end, writing a batch every [`BATCH_RECORDS`] records
 /// (and at the end) with `meta` as it stands after them. Returns the bytes read.
+/// Adds one changelog record to `batch` and moves `meta` past it (offset, input position,
+/// newest timestamp); returns its key and value bytes. A restore and a standby's tail apply
+/// the changelog the same way.
+pub(in crate::task) fn take_record(
+    message: &BorrowedMessage<'_>,
+    batch: &mut ChangeSet,
+    meta: &mut TaskMetadata,
+) -> u64 {
+    let key = message.key().unwrap_or_default();
+    batch.set(key.to_vec(), message.payload().map(<[u8]>::to_vec));
+    if let Some(position) = position_in_record(key, message.payload()) {
+        meta.next_input_offset = position;
+    }
+    meta.next_changelog_offset = message.offset() + 1;
+    if let Some(ts) = message.timestamp().to_millis() {
+        meta.newest_changelog_timestamp_ms = Some(ts);
+    }
+    (key.len() + message.payload().map_or(0, <[u8]>::len)) as u64
+}
+
 fn read_to_end(
     store: &mut RocksStore,
     consumer: &BaseConsumer,
@@ -99,16 +120,7 @@ fn read_to_end(
             Some(Err(KafkaError::PartitionEOF(_))) => true,
             Some(Err(error)) => return Err(TaskError::kafka("replaying the changelog", error)),
             Some(Ok(message)) => {
-                let key = message.key().unwrap_or_default();
-                bytes += (key.len() + message.payload().map_or(0, <[u8]>::len)) as u64;
-                batch.set(key.to_vec(), message.payload().map(<[u8]>::to_vec));
-                if let Some(position) = position_in_record(key, message.payload()) {
-                    meta.next_input_offset = position;
-                }
-                meta.next_changelog_offset = message.offset() + 1;
-                if let Some(ts) = message.timestamp().to_millis() {
-                    meta.newest_changelog_timestamp_ms = Some(ts);
-                }
+                bytes += take_record(&message, &mut batch, meta);
                 progress.records_done += 1;
                 false
             }
