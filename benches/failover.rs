@@ -79,7 +79,7 @@ async fn run(scenario: &Scenario, failures: u32) -> serde_json::Value {
         system.settled(scenario.standbys as usize).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    producing.join().unwrap();
+    producing.finish();
     let events = 1_000 + chunks * 100;
     wait_until("exactly one count per event", async || {
         operator_support::cards::exact_output(&system.output, PARTITIONS, events)

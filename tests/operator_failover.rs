@@ -52,7 +52,7 @@ async fn a_killed_pods_tasks_are_promoted_on_their_standbys_within_the_bound() {
     }
 
     // The killed pod returns and holds copies again; the output is exact.
-    producing.join().unwrap();
+    producing.finish();
     wait_until("the returned pod holds copies", async || {
         let reports = system.reports().await;
         reports

@@ -234,7 +234,9 @@ impl Plan {
     /// Evens out the active counts: a task moves from the busiest pod to a pod at least two
     /// below it, only where a caught-up copy waits. When none does, the least busy pod warms up
     /// a copy of one of the busy pod's tasks, the move is counted as planned, and a later
-    /// decision makes it once the copy has caught up.
+    /// decision makes it once the copy has caught up. Only a task its owner already serves
+    /// (its copy there reports no lag) moves: one still being taken over waits, so a task is
+    /// never handed on before its last move finished (each move is a stall).
     fn balance_actives(&mut self, facts: &AssignmentFacts<'_>) {
         let pods = self.active_load.len();
         if pods < 2 {
@@ -251,7 +253,15 @@ impl Plan {
                 return;
             }
             let limit = load[busiest] - 2;
-            let warm_move = self.tasks_on(busiest).into_iter().find_map(|task| {
+            let serving: Vec<usize> = self
+                .tasks_on(busiest)
+                .into_iter()
+                .filter(|&task| self.lag[task].get(&busiest) == Some(&0))
+                .collect();
+            if serving.is_empty() {
+                return;
+            }
+            let warm_move = serving.iter().copied().find_map(|task| {
                 self.lag[task]
                     .keys()
                     .copied()
@@ -268,7 +278,7 @@ impl Plan {
                     pod
                 }
                 None => {
-                    self.warm_up(busiest, quietest);
+                    self.warm_up(&serving, quietest);
                     quietest
                 }
             };
@@ -283,17 +293,17 @@ impl Plan {
             .collect()
     }
 
-    /// Warms a copy on `to` of a task now on `from`: the one `to` is furthest along with,
-    /// unless `to` already holds a copy of one of them, which then keeps warming.
-    fn warm_up(&mut self, from: usize, to: usize) {
-        let tasks = self.tasks_on(from);
+    /// Warms a copy on `to` of one of `tasks`: the one `to` is furthest along with, unless
+    /// `to` already holds a copy of one of them, which then keeps warming.
+    fn warm_up(&mut self, tasks: &[usize], to: usize) {
         let already = tasks
             .iter()
             .copied()
             .find(|&task| self.warm_ups[task].contains(&to) || self.standbys[task].contains(&to));
         let chosen = already.or_else(|| {
             tasks
-                .into_iter()
+                .iter()
+                .copied()
                 .min_by_key(|&task| (self.lag[task].get(&to).copied().unwrap_or(i64::MAX), task))
         });
         if let Some(task) = chosen

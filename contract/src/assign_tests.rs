@@ -190,6 +190,45 @@ fn a_new_pod_gets_tasks_only_through_warm_up() {
 }
 
 #[test]
+fn a_task_still_being_taken_over_is_not_moved_on_to_even_out_the_load() {
+    // job-0 runs tasks 0-3 and has just taken over tasks 1-3 (its copies of them still
+    // restore); job-1, below its share, holds caught-up copies of all four.
+    let two = pods(2, 2, 0);
+    let current = AssignmentDocument {
+        version: 1,
+        generation: 7,
+        tasks: (0..4)
+            .map(|task| TaskAssignment {
+                task,
+                active: Some("job-0".into()),
+                standbys: vec!["job-1".into()],
+            })
+            .collect(),
+    };
+    let copy = |pod: &str, lag| CopyLag {
+        pod: pod.into(),
+        lag,
+    };
+    let mut copies: BTreeMap<u32, Vec<CopyLag>> = (0..4)
+        .map(|task| (task, vec![copy("job-0", 0), copy("job-1", 0)]))
+        .collect();
+    copies.insert(1, vec![copy("job-0", 1), copy("job-1", 0)]);
+    copies.insert(2, vec![copy("job-0", 40), copy("job-1", 0)]);
+    copies.insert(3, vec![copy("job-1", 0)]);
+    let next = decide(4, &two, &copies, Some(&current), 1);
+    let moved: Vec<u32> = next.active_tasks_of("job-1").collect();
+    assert_eq!(
+        moved,
+        [0],
+        "only a task job-0 already serves moves: {next:?}"
+    );
+    // When job-0 serves none of them yet, nothing moves; a later decision evens it out.
+    copies.insert(0, vec![copy("job-0", 5), copy("job-1", 0)]);
+    let waiting = decide(4, &two, &copies, Some(&current), 1);
+    assert_eq!(waiting.active_tasks_of("job-1").count(), 0, "{waiting:?}");
+}
+
+#[test]
 fn no_pods_leaves_every_task_unassigned() {
     let doc = decide(3, &[], &BTreeMap::new(), None, 1);
     assert!(

@@ -15,6 +15,11 @@ pub struct TaskReportsDocument {
     pub version: u32,
     /// One report per task the worker hosts, by task number.
     pub tasks: Vec<TaskReport>,
+    /// The worker is shutting down (its pod is being deleted): it takes no new assignment, so
+    /// the operator moves its tasks now and gives it none. Written only when true, so a
+    /// running worker's document reads the same as before the field existed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopping: bool,
 }
 
 impl TaskReportsDocument {
@@ -22,6 +27,15 @@ impl TaskReportsDocument {
         Self {
             version: Self::VERSION,
             tasks,
+            stopping: false,
+        }
+    }
+
+    /// The same reports from a worker that is shutting down.
+    pub fn stopping(self) -> Self {
+        Self {
+            stopping: true,
+            ..self
         }
     }
 }
@@ -261,6 +275,21 @@ mod tests {
             value["tasks"][1].get("inputGap").is_none(),
             "absent, not null"
         );
+    }
+
+    #[test]
+    fn a_stopping_worker_says_so_and_a_running_one_reads_as_before() {
+        let running = TaskReportsDocument::new(vec![TaskReport::new(0, TaskRole::Active)]);
+        let text = String::from_utf8(running.to_json()).unwrap();
+        assert!(!text.contains("stopping"), "{text}");
+        let stopping = running.clone().stopping();
+        let bytes = stopping.to_json();
+        let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(value["stopping"], true);
+        assert_eq!(TaskReportsDocument::from_json(&bytes).unwrap(), stopping);
+        // A document written before the field existed reads as a running worker's.
+        let older = br#"{"version":1,"tasks":[]}"#;
+        assert!(!TaskReportsDocument::from_json(older).unwrap().stopping);
     }
 
     #[test]

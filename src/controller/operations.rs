@@ -9,6 +9,7 @@ use crate::controller::labels;
 use crate::controller::names;
 use crate::controller::worker_token;
 use crate::controller::{Context, ReconcileError};
+use crate::failover::DrainTarget;
 use crate::vocabulary::reasons;
 use crate::worker_client;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -157,9 +158,14 @@ fn is_ready(pod: &Pod) -> bool {
 }
 
 /// Which outdated pods to delete now: every outdated pod that is not ready (it serves nothing, so
-/// replacing it costs nothing), plus one ready outdated pod when every other pod is ready and
-/// none is being replaced (so at most one working pod is down at a time, as the PDB allows).
-pub fn pods_to_replace<'a>(pods: &'a [Pod], update_revision: &str) -> (Vec<&'a Pod>, usize) {
+/// replacing it costs nothing), plus one ready outdated pod when every other pod is ready, none
+/// is being replaced and `next_may_go` (the copies of the last one replaced are warm), so at
+/// most one working pod is down at a time, as the PDB allows.
+pub fn pods_to_replace<'a>(
+    pods: &'a [Pod],
+    update_revision: &str,
+    next_may_go: bool,
+) -> (Vec<&'a Pod>, usize) {
     let live: Vec<&Pod> = pods
         .iter()
         .filter(|pod| pod.metadata.deletion_timestamp.is_none())
@@ -181,6 +187,7 @@ pub fn pods_to_replace<'a>(pods: &'a [Pod], update_revision: &str) -> (Vec<&'a P
     if chosen.is_empty()
         && !someone_terminating
         && others_ready
+        && next_may_go
         && let Some(first_ready) = outdated.first()
     {
         chosen.push(first_ready);
@@ -205,11 +212,38 @@ pub async fn replace_outdated_pods(
         });
     };
     let pods = job_pods(ctx, job).await?;
-    let (chosen, outdated) = pods_to_replace(&pods, &update_revision);
+    // With standbys, a working pod first hands its tasks to caught-up standbys (the failover
+    // loop moves them while the pod still runs), and the next pod waits for warm copies again.
+    let hand_off = job.workers.standby_replicas > 0;
+    let next_may_go = !hand_off || ctx.failovers.settled(&job.namespace, &job.name);
+    let (mut chosen, outdated) = pods_to_replace(&pods, &update_revision, next_may_go);
+    // One pod drains at a time; the one already draining stays first until it is gone.
+    let draining = ctx
+        .failovers
+        .draining(&job.namespace, &job.name)
+        .map(|target| target.pod);
+    chosen.sort_by_key(|pod| Some(pod.name_any()) != draining);
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &job.namespace);
     let mut deleted = Vec::new();
+    let mut drains = false;
     for pod in chosen {
         let name = pod.name_any();
+        // Ready or not (a pod taking over a task is briefly not ready), a pod that still holds
+        // tasks hands them off first; one whose tasks already failed over holds nothing.
+        if hand_off && !ctx.failovers.drained(&job.namespace, &job.name, &name) {
+            if !drains {
+                tracing::info!(job = %job.name, pod = %name, "handing the pod's tasks off before replacing it");
+                // The drain lasts until the pod is replaced, so the stopping pod is never
+                // given copies again between its deletion and its exit.
+                let target = DrainTarget {
+                    pod: name.clone(),
+                    uid: pod.uid().unwrap_or_default(),
+                };
+                ctx.failovers.drain(&job.namespace, &job.name, target);
+                drains = true;
+            }
+            continue;
+        }
         match api.delete(&name, &DeleteParams::default()).await {
             Ok(_) => deleted.push(name),
             Err(kube::Error::Api(status)) if status.code == 404 => {}
@@ -274,7 +308,7 @@ mod tests {
             pod("j-1", "old", false, false),
             pod("j-2", "new", false, false),
         ];
-        let (chosen, outdated) = pods_to_replace(&pods, "new");
+        let (chosen, outdated) = pods_to_replace(&pods, "new", true);
         assert_eq!(names(&chosen), ["j-0", "j-1"]);
         assert_eq!(outdated, 2);
     }
@@ -286,20 +320,23 @@ mod tests {
             pod("j-1", "old", true, false),
             pod("j-2", "new", true, false),
         ];
-        let (chosen, outdated) = pods_to_replace(&pods, "new");
+        let (chosen, outdated) = pods_to_replace(&pods, "new", true);
         assert_eq!(names(&chosen), ["j-0"]);
         assert_eq!(outdated, 2);
+        // The copies of the last replaced pod are still warming: the next one waits.
+        let (chosen, _) = pods_to_replace(&pods, "new", false);
+        assert!(chosen.is_empty());
 
         let replacing = [
             pod("j-0", "old", true, true),
             pod("j-1", "old", true, false),
             pod("j-2", "new", true, false),
         ];
-        let (chosen, outdated) = pods_to_replace(&replacing, "new");
+        let (chosen, outdated) = pods_to_replace(&replacing, "new", true);
         assert!(chosen.is_empty());
         assert_eq!(outdated, 1);
 
         let up_to_date = [pod("j-0", "new", true, false)];
-        assert_eq!(pods_to_replace(&up_to_date, "new"), (vec![], 0));
+        assert_eq!(pods_to_replace(&up_to_date, "new", true), (vec![], 0));
     }
 }

@@ -49,8 +49,9 @@ pub fn copies(reports: &[(String, Vec<TaskReport>)]) -> BTreeMap<u32, Vec<CopyLa
 }
 
 /// How far a copy is behind: an active that runs is current; a standby says its lag; a copy
-/// still restoring is behind by what its restore has left. A fenced, failed or stopped copy is
-/// no copy to move a task to.
+/// still restoring is behind by what its restore has left, and by at least one record, so
+/// only a running copy reads as current (the rule moves no task its owner does not serve yet).
+/// A fenced, failed or stopped copy is no copy to move a task to.
 fn lag_of(report: &TaskReport) -> Option<i64> {
     match (report.role, report.phase) {
         (TaskRole::Active, TaskPhase::Running) => Some(0),
@@ -61,7 +62,8 @@ fn lag_of(report: &TaskReport) -> Option<i64> {
                 .as_ref()
                 .map(|r| i64::try_from(r.records_total.saturating_sub(r.records_done)))
                 .and_then(Result::ok)
-                .unwrap_or(i64::MAX / 2),
+                .unwrap_or(i64::MAX / 2)
+                .max(1),
         ),
         _ => None,
     }

@@ -16,6 +16,7 @@
 
 pub mod facts;
 pub mod health;
+pub mod registry;
 pub mod store;
 
 use crate::controller::apply::ApiError;
@@ -30,8 +31,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ListParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, ResourceExt};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+pub use registry::{DrainTarget, Failovers};
+use registry::{Shared, view_of};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use streamkeeper_contract::{
     AssignmentDocument, AssignmentFacts, TaskReport, WorkerToken, next_assignment,
@@ -73,44 +76,12 @@ pub struct FailoverDeps {
     pub metrics: Arc<Metrics>,
 }
 
-/// The running loops, by `namespace/name`.
-#[derive(Default)]
-pub struct Failovers {
-    loops: Mutex<HashMap<String, watch::Sender<FailoverJob>>>,
-}
-
-impl Failovers {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<FailoverJob>>> {
-        self.loops
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Starts the job's loop, or hands it the job's current settings.
-    pub fn ensure(&self, deps: &FailoverDeps, job: FailoverJob) {
-        let key = format!("{}/{}", job.namespace, job.name);
-        let mut loops = self.lock();
-        if let Some(sender) = loops.get(&key)
-            && !sender.is_closed()
-        {
-            sender.send_if_modified(|current| {
-                let changed = *current != job;
-                if changed {
-                    *current = job.clone();
-                }
-                changed
-            });
-            return;
-        }
-        let (sender, receiver) = watch::channel(job);
-        tokio::spawn(run(deps.clone(), receiver));
-        loops.insert(key, sender);
-    }
-
-    /// Stops the job's loop (the job is being deleted).
-    pub fn stop(&self, namespace: &str, name: &str) {
-        self.lock().remove(&format!("{namespace}/{name}"));
-    }
+/// A worker pod as the loop lists it.
+struct ListedPod {
+    facts: PodFacts,
+    uid: String,
+    /// None until the pod is scheduled and started.
+    ip: Option<String>,
 }
 
 /// The loop's memory between polls.
@@ -118,8 +89,11 @@ struct LoopState {
     document: Option<AssignmentDocument>,
     read_back: bool,
     heartbeats: Heartbeats,
-    /// The job's pods and their addresses (none until scheduled and started).
-    pods: Vec<(PodFacts, Option<String>)>,
+    pods: Vec<ListedPod>,
+    /// Pods whose worker said at the last poll that it is shutting down.
+    stopping: BTreeSet<String>,
+    /// Each listed pod's uid, by name, as of the last listing.
+    uids: BTreeMap<String, String>,
     listed_at: Option<Instant>,
     sent_at: Option<Instant>,
     started: Instant,
@@ -127,12 +101,14 @@ struct LoopState {
     token: Option<WorkerToken>,
 }
 
-async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>) {
+async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>, shared: Shared) {
     let mut state = LoopState {
         document: None,
         read_back: false,
         heartbeats: Heartbeats::default(),
         pods: Vec::new(),
+        stopping: BTreeSet::new(),
+        uids: BTreeMap::new(),
         listed_at: None,
         sent_at: None,
         started: Instant::now(),
@@ -153,7 +129,7 @@ async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>) {
             state.read_back = false;
             continue;
         }
-        if let Err(error) = tick(&deps, &current, &mut state).await {
+        if let Err(error) = tick(&deps, &current, &mut state, &shared).await {
             tracing::warn!(job = %current.name, namespace = %current.namespace, %error, "failover loop: retrying next poll");
         }
     }
@@ -173,6 +149,7 @@ async fn tick(
     deps: &FailoverDeps,
     job: &FailoverJob,
     state: &mut LoopState,
+    shared: &Shared,
 ) -> Result<(), PollError> {
     if !state.read_back {
         state.document = store::read(&deps.client, &job.namespace, &job.name).await?;
@@ -184,18 +161,34 @@ async fn tick(
     if state.listed_at.is_none_or(|at| at.elapsed() >= LIST_EVERY) {
         state.pods = list_pods(&deps.client, job).await?;
         state.listed_at = Some(Instant::now());
-        let names: Vec<String> = state.pods.iter().map(|(p, _)| p.name.clone()).collect();
+        let listed: Vec<(String, String)> = state
+            .pods
+            .iter()
+            .map(|p| (p.facts.name.clone(), p.uid.clone()))
+            .collect();
+        // A pod replaced under the same name starts afresh: its predecessor's answers say
+        // nothing of it.
+        let previous = std::mem::replace(&mut state.uids, listed.iter().cloned().collect());
+        let uids = &state.uids;
         state
             .heartbeats
-            .retain(|pod| names.iter().any(|n| n == pod));
+            .retain(|pod| uids.get(pod).is_some() && uids.get(pod) == previous.get(pod));
+        shared.end_drain_if_replaced(&listed);
     }
     if job.desired_pods == 0 {
         return Ok(());
     }
     let reports = poll_pods(job, state).await;
     let now = Instant::now();
-    let pods: Vec<PodFacts> = state.pods.iter().map(|(p, _)| p.clone()).collect();
-    let places = facts::places(&pods, |pod| state.heartbeats.alive(pod, now));
+    let pods: Vec<PodFacts> = state.pods.iter().map(|p| p.facts.clone()).collect();
+    // A draining pod keeps answering (it hands its tasks over) but takes no copy, and so does
+    // a worker shutting down (deleted by someone else): it would never start one.
+    let draining = shared.draining();
+    let places = facts::places(&pods, |pod| {
+        draining.as_ref().is_none_or(|target| target.pod != pod)
+            && !state.stopping.contains(pod)
+            && state.heartbeats.alive(pod, now)
+    });
     let answered = pods
         .iter()
         .filter(|p| state.heartbeats.answered(&p.name))
@@ -225,14 +218,24 @@ async fn tick(
         send(job, state, now).await;
         state.sent_at = Some(Instant::now());
     }
+    let unreachable = state
+        .pods
+        .iter()
+        .filter(|pod| !state.heartbeats.reachable(&pod.facts.name, now))
+        .map(|pod| pod.facts.name.clone())
+        .collect();
+    shared.publish(view_of(
+        job.acceptable_recovery_lag,
+        state.document.as_ref(),
+        &reports,
+        state.pods.len(),
+        unreachable,
+    ));
     Ok(())
 }
 
 /// The job's worker pods that exist and are not being deleted, with their addresses.
-async fn list_pods(
-    client: &Client,
-    job: &FailoverJob,
-) -> Result<Vec<(PodFacts, Option<String>)>, ApiError> {
+async fn list_pods(client: &Client, job: &FailoverJob) -> Result<Vec<ListedPod>, ApiError> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &job.namespace);
     let selector = crate::controller::labels::selector_string(&job.name);
     let list = api
@@ -249,32 +252,32 @@ async fn list_pods(
         .items
         .into_iter()
         .filter(|pod| pod.metadata.deletion_timestamp.is_none())
-        .map(|pod| {
-            let ip = pod.status.as_ref().and_then(|status| status.pod_ip.clone());
-            let node = pod.spec.as_ref().and_then(|spec| spec.node_name.clone());
-            let facts = PodFacts {
+        .map(|pod| ListedPod {
+            ip: pod.status.as_ref().and_then(|status| status.pod_ip.clone()),
+            uid: pod.uid().unwrap_or_default(),
+            facts: PodFacts {
                 name: pod.name_any(),
-                node,
+                node: pod.spec.as_ref().and_then(|spec| spec.node_name.clone()),
                 zone: None,
-            };
-            (facts, ip)
+            },
         })
         .collect())
 }
 
 /// Asks every pod for its reports at once; records each answer (or its absence).
 async fn poll_pods(job: &FailoverJob, state: &mut LoopState) -> Vec<(String, Vec<TaskReport>)> {
-    let calls = state.pods.iter().map(|(pod, ip)| async move {
-        let answer = match ip {
+    let calls = state.pods.iter().map(|pod| async move {
+        let answer = match &pod.ip {
             Some(ip) => Some(worker_client::task_reports(ip, job.port, POLL_TIMEOUT).await),
             // Not started yet: silent, so it counts as starting until its grace is over.
             None => None,
         };
-        (pod.name.clone(), answer)
+        (pod.facts.name.clone(), answer)
     });
     let answers = futures::future::join_all(calls).await;
     let now = Instant::now();
     let mut reports = Vec::new();
+    state.stopping.clear();
     for (pod, answer) in answers {
         let poll = match &answer {
             Some(Ok(_)) => Poll::Answered,
@@ -287,6 +290,9 @@ async fn poll_pods(job: &FailoverJob, state: &mut LoopState) -> Vec<(String, Vec
         };
         state.heartbeats.record(&pod, poll, now);
         if let Some(Ok(document)) = answer {
+            if document.stopping {
+                state.stopping.insert(pod.clone());
+            }
             reports.push((pod, document.tasks));
         }
     }
@@ -302,8 +308,9 @@ async fn send(job: &FailoverJob, state: &LoopState, now: Instant) {
     let calls = state
         .pods
         .iter()
-        .filter(|(pod, _)| state.heartbeats.reachable(&pod.name, now))
-        .filter_map(|(pod, ip)| Some((pod, ip.as_deref()?)))
+        .filter(|pod| state.heartbeats.reachable(&pod.facts.name, now))
+        .filter(|pod| !state.stopping.contains(&pod.facts.name))
+        .filter_map(|pod| Some((&pod.facts, pod.ip.as_deref()?)))
         .map(|(pod, ip)| async move {
             let sent = worker_client::put_assignment(ip, job.port, token, document, POLL_TIMEOUT * 5)
                     .await;
@@ -339,7 +346,10 @@ async fn report_moves(
             .get(&after.task)
             .and_then(|list| list.iter().find(|c| &c.pod == to))
             .map(|c| c.lag);
-        let down = !state.heartbeats.alive(from, now);
+        // A worker that said it is stopping hands its tasks off; one that is gone or silent
+        // has failed.
+        let stopping = state.stopping.contains(from);
+        let down = !stopping && !state.heartbeats.alive(from, now);
         let silent = state.heartbeats.silent_for(from, now);
         let (reason, note) = if down {
             deps.metrics.promotion(silent.unwrap_or_default());
@@ -358,8 +368,13 @@ async fn report_moves(
             (
                 "HandedOff",
                 format!(
-                    "task {}: moved from {from} to {to}, whose copy was {} records behind; generation {}",
+                    "task {}: moved from {from}{} to {to}, whose copy was {} records behind; generation {}",
                     after.task,
+                    if stopping {
+                        " (its worker is stopping)"
+                    } else {
+                        ""
+                    },
                     lag.map_or("?".to_string(), |l| l.to_string()),
                     next.generation
                 ),

@@ -68,11 +68,25 @@ pub fn sibling_binary(name: &str) -> PathBuf {
 
 /// Events `range` as the card-count job reads them: key and `card` field `card-<i*7 mod cards>`.
 pub fn produce_cards(topic: &str, cards: u32, range: std::ops::Range<u32>) {
-    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+    let producer = card_producer();
+    send_cards(&producer, topic, cards, range);
+}
+
+fn card_producer() -> ThreadedProducer<DefaultProducerContext> {
+    ClientConfig::new()
         .set("bootstrap.servers", support::kafka_bootstrap())
         .set("enable.idempotence", "true")
         .create()
-        .unwrap();
+        .unwrap()
+}
+
+/// Sends the events of `range` and waits until every one is acknowledged.
+fn send_cards(
+    producer: &ThreadedProducer<DefaultProducerContext>,
+    topic: &str,
+    cards: u32,
+    range: std::ops::Range<u32>,
+) {
     for index in range {
         let card = format!("card-{}", (index * 7) % cards);
         let value = format!(r#"{{"card":"{card}","amount":{}}}"#, index % 97 + 1);
@@ -91,6 +105,47 @@ pub fn produce_cards(topic: &str, cards: u32, range: std::ops::Range<u32>) {
     let deadline = Instant::now() + Duration::from_secs(300);
     while let Err(error) = producer.flush(TIMEOUT) {
         assert!(Instant::now() < deadline, "producing to {topic}: {error}");
+    }
+}
+
+/// Input flowing on a thread: events from `from` on, 100 every 100 ms through one producer,
+/// for `chunks` chunks or until stopped.
+pub struct Producing {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u32>,
+}
+
+impl Producing {
+    pub fn start(topic: &str, cards: u32, from: u32, chunks: u32) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stopped = std::sync::Arc::clone(&stop);
+        let topic = topic.to_string();
+        let thread = std::thread::spawn(move || {
+            let producer = card_producer();
+            let mut next = from;
+            for _ in 0..chunks {
+                if stopped.load(Ordering::SeqCst) {
+                    break;
+                }
+                send_cards(&producer, &topic, cards, next..next + 100);
+                next += 100;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            next
+        });
+        Self { stop, thread }
+    }
+
+    /// Waits for every chunk; the first event number after the last one produced.
+    pub fn finish(self) -> u32 {
+        self.thread.join().unwrap()
+    }
+
+    /// Stops after the chunk being sent; the first event number after the last one produced.
+    pub fn stop(self) -> u32 {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.finish()
     }
 }
 

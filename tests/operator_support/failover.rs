@@ -50,7 +50,12 @@ impl System {
         let output = format!("{input}-out");
         create_topic(&output, PARTITIONS, &[]).await;
         let node = support::unique_name(&format!("sk-{prefix}-node"));
-        let dir = tempfile::tempdir().unwrap();
+        let mut dir = tempfile::tempdir().unwrap();
+        // SK_KEEP_LOGS keeps the node agent's and operator's logs (and the pods' volumes).
+        if std::env::var_os("SK_KEEP_LOGS").is_some() {
+            dir.disable_cleanup(true);
+            eprintln!("logs kept in {}", dir.path().display());
+        }
         let taint_key = "streamkeeper.dev/test-node";
         let node_agent = Process::spawn(
             "node agent",
@@ -279,13 +284,6 @@ pub async fn wait_until<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>
 }
 
 /// Produces `chunks` chunks of 100 events from `from` on a thread, one every 100 ms.
-pub fn produce_in_background(input: &str, from: u32, chunks: u32) -> std::thread::JoinHandle<()> {
-    let input = input.to_string();
-    std::thread::spawn(move || {
-        for chunk in 0..chunks {
-            let start = from + chunk * 100;
-            produce_cards(&input, CARDS, start..start + 100);
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    })
+pub fn produce_in_background(input: &str, from: u32, chunks: u32) -> Producing {
+    Producing::start(input, CARDS, from, chunks)
 }

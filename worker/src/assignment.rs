@@ -14,6 +14,7 @@ use crate::task::{Role, TaskSlot, WorkerContext};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 use streamkeeper_contract::{AssignmentDocument, FormatError, Versioned};
 
 /// Why a document was not acted on.
@@ -29,6 +30,8 @@ pub enum AssignmentRefused {
     Conflict(u64),
     #[error("not an assignment document: {0}")]
     Invalid(#[from] FormatError),
+    #[error("this worker is shutting down; it takes no new assignment")]
+    ShuttingDown,
     #[error("cannot record generation {generation} in {path}: {source}")]
     NotRecorded {
         generation: u64,
@@ -44,6 +47,7 @@ impl AssignmentRefused {
         match self {
             AssignmentRefused::Stale { .. } | AssignmentRefused::Conflict(_) => 409,
             AssignmentRefused::Invalid(_) => 400,
+            AssignmentRefused::ShuttingDown => 503,
             AssignmentRefused::NotRecorded { .. } => 500,
         }
     }
@@ -124,10 +128,21 @@ impl Assignments {
         }
     }
 
+    /// The worker is shutting down: its tasks are ending, and it starts no new ones.
+    pub fn stopping(&self) -> bool {
+        self.context.shutdown.load(Ordering::SeqCst)
+    }
+
     /// Acts on `document` (JSON). Returns the roles this pod now runs.
     pub fn apply(&self, body: &[u8]) -> Result<BTreeMap<u32, Role>, AssignmentRefused> {
         let document = AssignmentDocument::from_json(body)?;
         let mut state = self.lock();
+        // Checked under the lock `join_all` takes the slots under: a task started after the
+        // shutdown began would never be joined, and would take copies the operator has moved
+        // elsewhere (it reads `stopping` from the reports and gives this pod nothing).
+        if self.stopping() {
+            return Err(AssignmentRefused::ShuttingDown);
+        }
         if let Some(seen) = &state.document {
             if document.generation < seen.generation {
                 return Err(AssignmentRefused::Stale {
@@ -267,6 +282,49 @@ mod tests {
             BTreeMap::from([(0, Role::Active), (1, Role::Standby)])
         );
         assert!(roles_of(&document(3), "job-9").is_empty());
+    }
+
+    /// A worker context on a state dir of its own, as a pod's worker has.
+    fn context(state_dir: &Path) -> WorkerContext {
+        let example = include_str!("../../examples/worker-standalone.yaml");
+        let mut config = streamkeeper_contract::WorkerConfig::from_yaml(example).unwrap();
+        config.state.dir = state_dir.to_path_buf();
+        config.checkpoint.s3 = None;
+        WorkerContext {
+            block_cache: crate::store::BlockCache::new(1 << 20),
+            config: std::sync::Arc::new(config),
+            metrics: crate::metrics::WorkerMetrics::new(),
+            board: crate::status::TaskBoard::default(),
+            shutdown: std::sync::Arc::default(),
+            checkpoints: None,
+            restore_request: None,
+            task_stop: std::sync::Arc::default(),
+            promoted_at: None,
+        }
+    }
+
+    #[test]
+    fn a_worker_that_is_shutting_down_takes_no_new_assignment() {
+        let dir = tempfile::tempdir().unwrap();
+        let context = context(dir.path());
+        let shutdown = std::sync::Arc::clone(&context.shutdown);
+        let assignments = Assignments::new(context, "job-2".into());
+        assert!(!assignments.stopping());
+        shutdown.store(true, Ordering::SeqCst);
+        assert!(assignments.stopping());
+        // Task 2 would start here; a task started now would never be joined, and the operator,
+        // told this worker is stopping, has given its copies to other pods.
+        let refused = assignments.apply(&document(4).to_json()).unwrap_err();
+        assert!(
+            matches!(refused, AssignmentRefused::ShuttingDown),
+            "{refused}"
+        );
+        assert_eq!(refused.status(), 503);
+        assert!(assignments.lock().slots.is_empty());
+        assert!(
+            read_record(&record_path(dir.path())).is_none(),
+            "not recorded either"
+        );
     }
 
     #[test]

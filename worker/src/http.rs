@@ -211,7 +211,13 @@ async fn metrics_text(State(state): State<HttpState>) -> impl IntoResponse {
 }
 
 async fn tasks(State(state): State<HttpState>) -> impl IntoResponse {
-    axum::Json(TaskReportsDocument::new(state.board.snapshot()))
+    let reports = TaskReportsDocument::new(state.board.snapshot());
+    let stopping = state.assignments.as_ref().is_some_and(|a| a.stopping());
+    axum::Json(if stopping {
+        reports.stopping()
+    } else {
+        reports
+    })
 }
 
 async fn checkpoint_now(State(state): State<HttpState>) -> Response {
