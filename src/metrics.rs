@@ -32,6 +32,8 @@ pub struct Metrics {
     promotions: Counter,
     handoffs: Counter,
     detection: Histogram,
+    failover: Histogram,
+    handoff_stall: Histogram,
 }
 
 impl Default for Metrics {
@@ -87,6 +89,18 @@ impl Metrics {
             "From a promoted task's old owner's last answer to the decision that moved it",
             detection.clone(),
         );
+        let failover = Histogram::new(exponential_buckets(0.05, 2.0, 12));
+        registry.register(
+            "failover_seconds",
+            "From a promoted task's old owner's last answer to its new owner's first commit",
+            failover.clone(),
+        );
+        let handoff_stall = Histogram::new(exponential_buckets(0.05, 2.0, 12));
+        registry.register(
+            "handoff_seconds",
+            "From the decision that handed a task off to its new owner's first commit",
+            handoff_stall.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -96,6 +110,8 @@ impl Metrics {
             promotions,
             handoffs,
             detection,
+            failover,
+            handoff_stall,
         }
     }
 
@@ -115,6 +131,17 @@ impl Metrics {
 
     pub fn handoff(&self) {
         self.handoffs.inc();
+    }
+
+    /// A moved task's new owner committed: `took` after the old owner's last answer (a
+    /// promotion) or after the decision (a handoff).
+    pub fn moved_task_committed(&self, promoted: bool, took: std::time::Duration) {
+        let histogram = if promoted {
+            &self.failover
+        } else {
+            &self.handoff_stall
+        };
+        histogram.observe(took.as_secs_f64());
     }
 
     pub fn set_leader(&self, leader: bool) {

@@ -22,6 +22,9 @@ pub mod types {
     pub const SUSPENDED: &str = "Suspended";
     /// A restore (on request or after a failure) is running.
     pub const RESTORING: &str = "Restoring";
+    /// Every task has its `standbyReplicas` warm standbys, so any one pod can fail without a
+    /// restore.
+    pub const STANDBYS_READY: &str = "StandbysReady";
 }
 
 /// Condition reasons (CamelCase, as the API conventions ask). Error `category()`s return these,
@@ -77,6 +80,10 @@ pub mod reasons {
     pub const RESTORE_ROLLING_OUT: &str = "RestoreRollingOut";
     pub const RESTORE_APPLYING: &str = "RestoreApplying";
     pub const NO_RESTORE: &str = "NoRestore";
+    // StandbysReady
+    pub const STANDBYS_WARM: &str = "StandbysWarm";
+    pub const STANDBYS_WARMING: &str = "StandbysWarming";
+    pub const NO_STANDBYS_REQUESTED: &str = "NoStandbysRequested";
     // Events of operations
     pub const PODS_RESTARTED: &str = "PodsRestarted";
     pub const CLEANED_UP: &str = "CleanedUp";

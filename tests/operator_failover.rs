@@ -14,6 +14,7 @@ use kube::api::{Api, ListParams};
 use operator_support::cards::exact_output;
 use operator_support::failover::*;
 use std::time::Duration;
+use streamkeeper::api::StatefulStreamJob;
 use streamkeeper_contract::task_report::TaskPhase;
 
 /// The failover bound of the standby issue: p99 ≤ 5 s (the bench measures p50 and p99).
@@ -78,6 +79,50 @@ async fn a_killed_pods_tasks_are_promoted_on_their_standbys_within_the_bound() {
     assert!(
         promoted.iter().any(|m| m.starts_with("task 0:")),
         "a Promoted Event names task 0: {promoted:?}"
+    );
+
+    // The status tells the story: the move of task 0 with its figures, the generation that
+    // made it, and every task warm-standby'd again.
+    let jobs: Api<StatefulStreamJob> = Api::namespaced(system.client.clone(), &system.namespace);
+    let status = wait_until(
+        "the status shows the promotion and warm standbys",
+        async || {
+            let status = jobs.get(system.name).await.ok()?.status?;
+            let standbys_ready = status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "StandbysReady" && c.status == "True");
+            let committed = status
+                .tasks
+                .first()?
+                .last_promotion
+                .as_ref()?
+                .first_commit_seconds;
+            (standbys_ready && committed.is_some()).then_some(status)
+        },
+    )
+    .await;
+    let promotion = status.tasks[0].last_promotion.clone().unwrap();
+    eprintln!("task 0's last promotion in the status: {promotion:?}");
+    assert_eq!(promotion.reason, "Promoted");
+    assert_eq!(
+        (promotion.from.as_str(), promotion.to.as_str()),
+        (victim.as_str(), new_owner.as_str())
+    );
+    assert!(
+        promotion
+            .detection_seconds
+            .is_some_and(|s| s < FAILOVER_BOUND.as_secs_f64())
+    );
+    assert!(
+        promotion
+            .first_commit_seconds
+            .is_some_and(|s| s < FAILOVER_BOUND.as_secs_f64())
+    );
+    let generation = status.assignment_generation.unwrap();
+    assert!(
+        generation >= promotion.generation && promotion.generation > 1,
+        "{status:?}"
     );
     system.clean_up().await;
 }

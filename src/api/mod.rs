@@ -23,7 +23,8 @@ pub use processor::{
 };
 pub use state::{Compression, RocksDbSpec, StateSpec};
 pub use status::{
-    JobPhase, RestoreProgress, RetentionStatus, StatefulStreamJobStatus, TaskCheckpoint, TaskStatus,
+    JobPhase, RestoreProgress, RetentionStatus, StatefulStreamJobStatus, TaskCheckpoint, TaskMove,
+    TaskStatus,
 };
 
 /// Regular expression for durations (Go syntax, as Kubernetes CEL's `duration()` reads them).
@@ -63,6 +64,12 @@ pub const TOPIC_PATTERN: &str = r"^[a-zA-Z0-9._-]{1,249}$";
         type_ = "string",
         json_path = ".status.readyTasks",
         description = "Active tasks running / tasks"
+    ),
+    printcolumn(
+        name = "Standbys",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"StandbysReady\")].status",
+        description = "Every task has its warm standbys (the StandbysReady condition)"
     ),
     printcolumn(
         name = "Checkpoint",

@@ -123,6 +123,37 @@ pub struct TaskStatus {
     /// Id of the newest restore request (`spec.restore.id`) the task's state has applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_restore_id: Option<String>,
+    /// The last time the task's owner failed and a copy on another pod took over (kept
+    /// across reconciles and operator restarts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_promotion: Option<TaskMove>,
+    /// The last planned move of the task to another pod (a rolling upgrade, balance, a pod
+    /// that stopped), kept the same way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handoff: Option<TaskMove>,
+}
+
+/// One move of a task's active copy.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskMove {
+    /// `Promoted` (its owner failed) or `HandedOff` (its owner still answered).
+    pub reason: String,
+    pub from: String,
+    pub to: String,
+    /// When the operator decided the move.
+    pub time: Option<Time>,
+    /// Assignment generation that made the move.
+    pub generation: i64,
+    /// Records the new owner's copy was behind the changelog's end at the decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_at_promotion: Option<i64>,
+    /// A promotion: how long the old owner had been silent when the move was decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detection_seconds: Option<f64>,
+    /// From the decision to the new owner's first commit; absent until it commits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_commit_seconds: Option<f64>,
 }
 
 /// Progress of a restore.

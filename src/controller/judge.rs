@@ -15,10 +15,13 @@ use crate::controller::operations::{RollState, SuspendNote};
 use crate::controller::status::{self, Observation, PhaseInputs, condition};
 use crate::controller::task_status::{self, TaskView};
 use crate::controller::{InvalidSpec, ValidatedJob};
+use crate::failover::LastMoves;
 use crate::kafka_admin::DesiredTopic;
 use crate::retention::{self, RetentionViolation, TopicRetention};
 use crate::vocabulary::{reasons, types};
+use std::collections::BTreeMap;
 use std::time::Duration;
+use streamkeeper_contract::task_report::{TaskPhase, TaskRole};
 use streamkeeper_contract::{TaskReport, format_go_duration};
 
 /// A rule the job breaks: nothing more is applied until it holds.
@@ -271,6 +274,8 @@ pub struct TaskEvidence<'a> {
     /// The StatefulSet's desired and ready pod counts.
     pub desired_pods: i32,
     pub ready_pods: i32,
+    /// Each task's last move, as the failover loop decided it.
+    pub moves: &'a BTreeMap<u32, LastMoves>,
 }
 
 /// The tasks' verdict: their status, `CheckpointStale`, `RecoveryGap`, `Restoring`, `Ready`,
@@ -284,6 +289,7 @@ pub fn tasks(observation: &mut Observation, evidence: TaskEvidence<'_>) -> Durat
         reports,
         desired_pods,
         ready_pods,
+        moves,
     } = evidence;
     let CheckpointObservation {
         tasks,
@@ -299,7 +305,19 @@ pub fn tasks(observation: &mut Observation, evidence: TaskEvidence<'_>) -> Durat
         .extend([checkpoint_stale, recovery_gap]);
 
     let restore_id = validated.restore.as_ref().map(|r| r.id.as_str());
-    let view = task_status::merge(tasks, reports, restore_id);
+    let mut view = task_status::merge(tasks, reports, restore_id);
+    for status in &mut view.tasks {
+        let task = u32::try_from(status.task).ok();
+        let last = task.and_then(|task| moves.get(&task));
+        status.last_promotion = last.and_then(|moves| moves.promotion.clone());
+        status.last_handoff = last.and_then(|moves| moves.handoff.clone());
+    }
+    observation.conditions.push(standbys_ready(
+        validated.workers.standby_replicas,
+        validated.acceptable_recovery_lag,
+        view.tasks.len(),
+        reports,
+    ));
     let restoring = restore_progress(job, validated, &roll, &view, observation);
     observation.ready_tasks = Some(view.ready_tasks());
     let phase = status::phase(PhaseInputs {
@@ -322,6 +340,60 @@ pub fn tasks(observation: &mut Observation, evidence: TaskEvidence<'_>) -> Durat
         TASKS_RECHECK
     } else {
         RESYNC
+    }
+}
+
+/// `StandbysReady`: every task has `wanted` standbys that run and are within `acceptable_lag`
+/// records of the changelog's end, as the workers report them; `False` names the tasks short
+/// of warm standbys.
+pub fn standbys_ready(
+    wanted: u32,
+    acceptable_lag: u64,
+    tasks: usize,
+    reports: &[(String, Vec<TaskReport>)],
+) -> ConditionUpdate {
+    let condition_type = types::STANDBYS_READY;
+    if wanted == 0 {
+        return condition(
+            condition_type,
+            ConditionStatus::False,
+            reasons::NO_STANDBYS_REQUESTED,
+            "spec.standbyReplicas is 0: a failed pod's tasks restore from its volume or a checkpoint",
+        );
+    }
+    let acceptable = i64::try_from(acceptable_lag).unwrap_or(i64::MAX);
+    let mut warm = vec![0u32; tasks];
+    for report in reports.iter().flat_map(|(_, list)| list) {
+        let is_warm = report.role == TaskRole::Standby
+            && report.phase == TaskPhase::Running
+            && report.changelog_lag.is_some_and(|lag| lag <= acceptable);
+        if let Some(count) = warm.get_mut(report.task as usize).filter(|_| is_warm) {
+            *count += 1;
+        }
+    }
+    let short: Vec<String> = warm
+        .iter()
+        .enumerate()
+        .filter(|(_, count)| **count < wanted)
+        .map(|(task, count)| format!("{task} ({count}/{wanted})"))
+        .collect();
+    if short.is_empty() {
+        condition(
+            condition_type,
+            ConditionStatus::True,
+            reasons::STANDBYS_WARM,
+            format!("every task has {wanted} standby(s) within {acceptable_lag} records"),
+        )
+    } else {
+        condition(
+            condition_type,
+            ConditionStatus::False,
+            reasons::STANDBYS_WARMING,
+            format!(
+                "tasks short of warm standbys (within {acceptable_lag} records): {}",
+                short.join(", ")
+            ),
+        )
     }
 }
 

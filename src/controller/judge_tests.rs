@@ -44,8 +44,12 @@ fn evidence<'a>(
         reports,
         desired_pods: 2,
         ready_pods: 2,
+        moves: &NO_MOVES,
     }
 }
+
+static NO_MOVES: std::collections::BTreeMap<u32, crate::failover::LastMoves> =
+    std::collections::BTreeMap::new();
 
 #[test]
 fn a_week_of_input_retention_fits_a_thirty_second_interval() {
@@ -309,4 +313,42 @@ fn an_unreachable_service_leaves_what_it_could_not_check_unknown() {
         assert_eq!(condition.message, "bucket did not answer");
     }
     assert_eq!(observation.phase, None);
+}
+
+#[test]
+fn standbys_ready_counts_only_running_standbys_within_the_acceptable_lag() {
+    use crate::controller::judge::standbys_ready;
+    use streamkeeper_contract::task_report::{TaskPhase, TaskRole};
+    let standby = |task, phase, lag| TaskReport {
+        phase,
+        changelog_lag: Some(lag),
+        ..TaskReport::new(task, TaskRole::Standby)
+    };
+    let reports = vec![
+        (
+            "job-0".to_string(),
+            vec![
+                standby(1, TaskPhase::Running, 10),
+                standby(2, TaskPhase::Restoring, 0),
+            ],
+        ),
+        (
+            "job-1".to_string(),
+            vec![
+                standby(0, TaskPhase::Running, 0),
+                standby(2, TaskPhase::Running, 11),
+            ],
+        ),
+    ];
+    let short = standbys_ready(1, 10, 3, &reports);
+    assert_eq!(short.status, ConditionStatus::False);
+    assert_eq!(short.reason, reasons::STANDBYS_WARMING);
+    assert!(short.message.ends_with(": 2 (0/1)"), "{}", short.message);
+    let all = standbys_ready(1, 20, 3, &reports);
+    assert_eq!(all.status, ConditionStatus::True);
+    assert_eq!(all.reason, reasons::STANDBYS_WARM);
+    let two = standbys_ready(2, 20, 3, &reports);
+    assert_eq!(two.status, ConditionStatus::False);
+    let none = standbys_ready(0, 20, 3, &[]);
+    assert_eq!(none.reason, reasons::NO_STANDBYS_REQUESTED);
 }

@@ -193,6 +193,10 @@ async fn run_pipeline(
         &ctx.failover_deps(),
         failover_job(&validated, kafka.input_partitions, &stateful_set),
     );
+    observation.assignment_generation = ctx
+        .failovers
+        .generation(&validated.namespace, &validated.name)
+        .and_then(|generation| i64::try_from(generation).ok());
     observation
         .conditions
         .push(judge::changelog_ready(&desired.topics.changelog));
@@ -236,6 +240,7 @@ async fn run_pipeline(
             reports: &reports,
             desired_pods,
             ready_pods,
+            moves: &ctx.failovers.moves(&validated.namespace, &validated.name),
         },
     ))
 }

@@ -23,6 +23,8 @@ pub struct Observation {
     pub handled_restore_id: Option<String>,
     /// `None`: not observed this time, keep the last value.
     pub ready_tasks: Option<String>,
+    /// The failover loop's assignment generation; `None`: keep the last value.
+    pub assignment_generation: Option<i64>,
 }
 
 /// The status after `observation`, merged into `existing`.
@@ -39,8 +41,12 @@ pub fn next_status(
         tasks,
         handled_restore_id,
         ready_tasks,
+        assignment_generation,
     } = observation;
-    let tasks = tasks.unwrap_or_else(|| existing.tasks.clone());
+    let tasks = match tasks {
+        Some(tasks) => keep_last_promotions(tasks, &existing.tasks),
+        None => existing.tasks.clone(),
+    };
     StatefulStreamJobStatus {
         phase: phase.or(existing.phase),
         observed_generation: generation.or(existing.observed_generation),
@@ -48,13 +54,30 @@ pub fn next_status(
         ready_tasks: ready_tasks.or_else(|| existing.ready_tasks.clone()),
         newest_checkpoint_time: oldest_newest_checkpoint(&tasks)
             .or_else(|| existing.newest_checkpoint_time.clone()),
-        assignment_generation: existing.assignment_generation,
+        assignment_generation: assignment_generation.or(existing.assignment_generation),
         last_restore_id: handled_restore_id.or_else(|| existing.last_restore_id.clone()),
         retention: retention.or_else(|| existing.retention.clone()),
         tasks,
         // Recorded by `apply` when it creates a topic, never by a reconcile's observation.
         created_topics: existing.created_topics.clone(),
     }
+}
+
+/// A task's last promotion and handoff stay in the status until newer ones replace them (a
+/// new operator process remembers none of its own).
+fn keep_last_promotions(mut tasks: Vec<TaskStatus>, existing: &[TaskStatus]) -> Vec<TaskStatus> {
+    for status in &mut tasks {
+        let Some(old) = existing.iter().find(|old| old.task == status.task) else {
+            continue;
+        };
+        if status.last_promotion.is_none() {
+            status.last_promotion = old.last_promotion.clone();
+        }
+        if status.last_handoff.is_none() {
+            status.last_handoff = old.last_handoff.clone();
+        }
+    }
+    tasks
 }
 
 /// The time that matters for recovery: the oldest among the tasks' newest checkpoints. `None`
@@ -272,9 +295,11 @@ mod tests {
                 tasks: Some(vec![task(0, Some(200)), task(1, Some(100))]),
                 handled_restore_id: Some("r1".into()),
                 ready_tasks: Some("2/2".into()),
+                assignment_generation: Some(7),
             },
             &at(1000),
         );
+        assert_eq!(first.assignment_generation, Some(7));
         assert_eq!(first.newest_checkpoint_time, Some(at(100)));
         assert_eq!(first.ready_tasks.as_deref(), Some("2/2"));
         assert_eq!(first.observed_generation, Some(2));
@@ -294,6 +319,51 @@ mod tests {
             &at(2000),
         );
         assert_eq!(later, first);
+    }
+
+    #[test]
+    fn a_tasks_last_promotion_stays_until_a_newer_one_replaces_it() {
+        let promotion = |to: &str| crate::api::TaskMove {
+            reason: "Promoted".into(),
+            from: "job-0".into(),
+            to: to.into(),
+            generation: 3,
+            ..crate::api::TaskMove::default()
+        };
+        let mut moved = task(0, Some(100));
+        moved.last_promotion = Some(promotion("job-1"));
+        moved.last_handoff = Some(promotion("job-9"));
+        let first = next_status(
+            &StatefulStreamJobStatus::default(),
+            Observation {
+                tasks: Some(vec![moved, task(1, Some(100))]),
+                ..Observation::default()
+            },
+            &at(1),
+        );
+        // A new operator process remembers no move: the status keeps the last one it wrote.
+        let later = next_status(
+            &first,
+            Observation {
+                tasks: Some(vec![task(0, Some(100)), task(1, Some(100))]),
+                ..Observation::default()
+            },
+            &at(2),
+        );
+        assert_eq!(later.tasks[0].last_promotion, Some(promotion("job-1")));
+        assert_eq!(later.tasks[0].last_handoff, Some(promotion("job-9")));
+        assert_eq!(later.tasks[1].last_promotion, None);
+        let mut again = task(0, Some(100));
+        again.last_promotion = Some(promotion("job-2"));
+        let newest = next_status(
+            &later,
+            Observation {
+                tasks: Some(vec![again, task(1, Some(100))]),
+                ..Observation::default()
+            },
+            &at(3),
+        );
+        assert_eq!(newest.tasks[0].last_promotion, Some(promotion("job-2")));
     }
 
     #[test]

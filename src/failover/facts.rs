@@ -33,11 +33,16 @@ pub fn places(pods: &[PodFacts], alive: impl Fn(&str) -> bool) -> Vec<PodPlace> 
 }
 
 /// Each task's copies on the pods that reported, with their lag behind the changelog's end.
-pub fn copies(reports: &[(String, Vec<TaskReport>)]) -> BTreeMap<u32, Vec<CopyLag>> {
+/// A copy that does not run yet is never within `acceptable_lag`: a planned move waits until
+/// it runs (a promotion would wait for its restore first, and then the task stalls).
+pub fn copies(
+    reports: &[(String, Vec<TaskReport>)],
+    acceptable_lag: i64,
+) -> BTreeMap<u32, Vec<CopyLag>> {
     let mut copies: BTreeMap<u32, Vec<CopyLag>> = BTreeMap::new();
     for (pod, list) in reports {
         for report in list {
-            if let Some(lag) = lag_of(report) {
+            if let Some(lag) = lag_of(report, acceptable_lag) {
                 copies.entry(report.task).or_default().push(CopyLag {
                     pod: pod.clone(),
                     lag,
@@ -49,10 +54,10 @@ pub fn copies(reports: &[(String, Vec<TaskReport>)]) -> BTreeMap<u32, Vec<CopyLa
 }
 
 /// How far a copy is behind: an active that runs is current; a standby says its lag; a copy
-/// still restoring is behind by what its restore has left, and by at least one record, so
-/// only a running copy reads as current (the rule moves no task its owner does not serve yet).
-/// A fenced, failed or stopped copy is no copy to move a task to.
-fn lag_of(report: &TaskReport) -> Option<i64> {
+/// still restoring is behind by what its restore has left, and by more than `acceptable_lag`,
+/// so only a running copy reads as caught up (and the rule moves no task its owner does not
+/// serve yet). A fenced, failed or stopped copy is no copy to move a task to.
+fn lag_of(report: &TaskReport, acceptable_lag: i64) -> Option<i64> {
     match (report.role, report.phase) {
         (TaskRole::Active, TaskPhase::Running) => Some(0),
         (TaskRole::Standby, TaskPhase::Running) => Some(report.changelog_lag.unwrap_or(0)),
@@ -63,7 +68,7 @@ fn lag_of(report: &TaskReport) -> Option<i64> {
                 .map(|r| i64::try_from(r.records_total.saturating_sub(r.records_done)))
                 .and_then(Result::ok)
                 .unwrap_or(i64::MAX / 2)
-                .max(1),
+                .max(acceptable_lag.saturating_add(1)),
         ),
         _ => None,
     }
@@ -114,7 +119,7 @@ mod tests {
                 ],
             ),
         ];
-        let copies = copies(&reports);
+        let copies = copies(&reports, 10);
         let lags = |task: u32| -> Vec<(String, i64)> {
             copies[&task]
                 .iter()
@@ -129,5 +134,30 @@ mod tests {
             ]
         );
         assert_eq!(lags(1), [("job-0".to_string(), 7)]);
+    }
+
+    #[test]
+    fn a_copy_that_does_not_run_yet_is_never_caught_up() {
+        use streamkeeper_contract::task_report::{RestorePhase, RestoreProgress, RestoreSource};
+        let almost_done = TaskReport {
+            phase: TaskPhase::Restoring,
+            restore: Some(RestoreProgress {
+                phase: RestorePhase::CatchUp,
+                source: RestoreSource::Local,
+                records_done: 99,
+                records_total: 100,
+                bytes_done: 0,
+                records_per_second: 0.0,
+                eta_seconds: None,
+                download: None,
+                reprocessed_input_records: None,
+            }),
+            ..TaskReport::new(0, TaskRole::Standby)
+        };
+        let copies = copies(&[("job-1".to_string(), vec![almost_done])], 10);
+        assert_eq!(
+            copies[&0][0].lag, 11,
+            "one record left, yet behind the acceptable lag"
+        );
     }
 }

@@ -16,6 +16,7 @@
 
 pub mod facts;
 pub mod health;
+pub mod moves;
 pub mod registry;
 pub mod store;
 
@@ -26,12 +27,12 @@ use crate::metrics::Metrics;
 use crate::worker_client;
 use facts::PodFacts;
 use health::{Heartbeats, Poll};
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ListParams};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::{Client, ResourceExt};
-pub use registry::{DrainTarget, Failovers};
+pub use registry::{DrainTarget, Failovers, LastMoves};
 use registry::{Shared, view_of};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -94,6 +95,8 @@ struct LoopState {
     stopping: BTreeSet<String>,
     /// Each listed pod's uid, by name, as of the last listing.
     uids: BTreeMap<String, String>,
+    /// Moves whose new owner has not committed yet, by task.
+    pending_moves: BTreeMap<u32, moves::PendingMove>,
     listed_at: Option<Instant>,
     sent_at: Option<Instant>,
     started: Instant,
@@ -109,6 +112,7 @@ async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>, shared: 
         pods: Vec::new(),
         stopping: BTreeSet::new(),
         uids: BTreeMap::new(),
+        pending_moves: BTreeMap::new(),
         listed_at: None,
         sent_at: None,
         started: Instant::now(),
@@ -180,6 +184,7 @@ async fn tick(
     }
     let reports = poll_pods(job, state).await;
     let now = Instant::now();
+    moves::first_commits(deps, job, shared, &mut state.pending_moves, &reports, now);
     let pods: Vec<PodFacts> = state.pods.iter().map(|p| p.facts.clone()).collect();
     // A draining pod keeps answering (it hands its tasks over) but takes no copy, and so does
     // a worker shutting down (deleted by someone else): it would never start one.
@@ -199,7 +204,7 @@ async fn tick(
     if places.is_empty() || waiting_for_pods {
         return Ok(());
     }
-    let copies = facts::copies(&reports);
+    let copies = facts::copies(&reports, job.acceptable_recovery_lag);
     let next = next_assignment(AssignmentFacts {
         tasks: job.tasks,
         pods: &places,
@@ -211,7 +216,21 @@ async fn tick(
     let changed = state.document.as_ref() != Some(&next);
     if changed {
         store::write(&deps.client, &job.namespace, &job.name, &job.owner, &next).await?;
-        report_moves(deps, job, state, &next, &copies, now).await;
+        let pods_now = moves::PodsNow {
+            heartbeats: &state.heartbeats,
+            stopping: &state.stopping,
+        };
+        moves::report(
+            deps,
+            job,
+            shared,
+            pods_now,
+            (state.document.as_ref(), &next),
+            &copies,
+            &mut state.pending_moves,
+            now,
+        )
+        .await;
         state.document = Some(next);
     }
     if changed || state.sent_at.is_none_or(|at| at.elapsed() >= RESEND_EVERY) {
@@ -319,89 +338,4 @@ async fn send(job: &FailoverJob, state: &LoopState, now: Instant) {
             }
         });
     futures::future::join_all(calls).await;
-}
-
-/// Logs, counts and publishes every task whose active moved: a promotion when its old owner
-/// is down, a handoff otherwise.
-async fn report_moves(
-    deps: &FailoverDeps,
-    job: &FailoverJob,
-    state: &LoopState,
-    next: &AssignmentDocument,
-    copies: &BTreeMap<u32, Vec<streamkeeper_contract::CopyLag>>,
-    now: Instant,
-) {
-    let Some(current) = &state.document else {
-        tracing::info!(job = %job.name, generation = next.generation, "first assignment");
-        return;
-    };
-    for (before, after) in current.tasks.iter().zip(&next.tasks) {
-        let (Some(from), Some(to)) = (&before.active, &after.active) else {
-            continue;
-        };
-        if from == to {
-            continue;
-        }
-        let lag = copies
-            .get(&after.task)
-            .and_then(|list| list.iter().find(|c| &c.pod == to))
-            .map(|c| c.lag);
-        // A worker that said it is stopping hands its tasks off; one that is gone or silent
-        // has failed.
-        let stopping = state.stopping.contains(from);
-        let down = !stopping && !state.heartbeats.alive(from, now);
-        let silent = state.heartbeats.silent_for(from, now);
-        let (reason, note) = if down {
-            deps.metrics.promotion(silent.unwrap_or_default());
-            (
-                "Promoted",
-                format!(
-                    "task {}: {to} took over from {from} (no answer for {:.1} s); its copy was {} records behind; generation {}",
-                    after.task,
-                    silent.unwrap_or_default().as_secs_f64(),
-                    lag.map_or("?".to_string(), |l| l.to_string()),
-                    next.generation
-                ),
-            )
-        } else {
-            deps.metrics.handoff();
-            (
-                "HandedOff",
-                format!(
-                    "task {}: moved from {from}{} to {to}, whose copy was {} records behind; generation {}",
-                    after.task,
-                    if stopping {
-                        " (its worker is stopping)"
-                    } else {
-                        ""
-                    },
-                    lag.map_or("?".to_string(), |l| l.to_string()),
-                    next.generation
-                ),
-            )
-        };
-        tracing::info!(job = %job.name, task = after.task, %from, %to, ?lag, ?silent, generation = next.generation, reason, "task moved");
-        publish(deps, job, reason, note).await;
-    }
-}
-
-async fn publish(deps: &FailoverDeps, job: &FailoverJob, reason: &str, note: String) {
-    let reference = ObjectReference {
-        api_version: Some(job.owner.api_version.clone()),
-        kind: Some(job.owner.kind.clone()),
-        name: Some(job.name.clone()),
-        namespace: Some(job.namespace.clone()),
-        uid: Some(job.owner.uid.clone()),
-        ..ObjectReference::default()
-    };
-    let event = Event {
-        type_: EventType::Normal,
-        reason: reason.to_string(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "Assign".into(),
-        secondary: None,
-    };
-    if let Err(error) = deps.recorder.publish(&event, &reference).await {
-        tracing::warn!(job = %job.name, %error, "could not publish an Event");
-    }
 }

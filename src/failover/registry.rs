@@ -8,7 +8,8 @@
 //! stopping pod new copies, and then tasks, in the moment before its process exits.
 
 use super::{FailoverDeps, FailoverJob, run};
-use std::collections::{BTreeSet, HashMap};
+use crate::api::TaskMove;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use streamkeeper_contract::task_report::{TaskPhase, TaskRole};
 use streamkeeper_contract::{AssignmentDocument, TaskReport};
@@ -38,6 +39,8 @@ pub struct DrainTarget {
 pub(super) struct Shared {
     draining: Arc<Mutex<Option<DrainTarget>>>,
     view: Arc<Mutex<LoopView>>,
+    /// Each task's last moves, for the status.
+    moves: Arc<Mutex<BTreeMap<u32, LastMoves>>>,
 }
 
 impl Shared {
@@ -61,6 +64,39 @@ impl Shared {
 
     pub(super) fn publish(&self, view: LoopView) {
         *locked(&self.view) = view;
+    }
+
+    pub(super) fn record_move(&self, task: u32, promoted: bool, moved: TaskMove) {
+        let mut moves = locked(&self.moves);
+        let last = moves.entry(task).or_default();
+        *last.of(promoted) = Some(moved);
+    }
+
+    /// The new owner of `task`'s last promotion (or handoff) committed, `seconds` after the
+    /// decision.
+    pub(super) fn record_first_commit(&self, task: u32, promoted: bool, seconds: f64) {
+        if let Some(last) = locked(&self.moves).get_mut(&task)
+            && let Some(moved) = last.of(promoted)
+        {
+            moved.first_commit_seconds = Some(seconds);
+        }
+    }
+}
+
+/// A task's last promotion and last handoff.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LastMoves {
+    pub promotion: Option<TaskMove>,
+    pub handoff: Option<TaskMove>,
+}
+
+impl LastMoves {
+    fn of(&mut self, promoted: bool) -> &mut Option<TaskMove> {
+        if promoted {
+            &mut self.promotion
+        } else {
+            &mut self.handoff
+        }
     }
 }
 
@@ -149,6 +185,20 @@ impl Failovers {
         });
         // A pod that did not answer this time may still hold tasks, unless it is gone.
         !assigned && (view.released.contains(pod) || view.unreachable.contains(pod))
+    }
+
+    /// The generation of the assignment the loop holds, once it has one.
+    pub fn generation(&self, namespace: &str, name: &str) -> Option<u64> {
+        let shared = self.shared(namespace, name)?;
+        let view = locked(&shared.view);
+        Some(view.document.as_ref()?.generation)
+    }
+
+    /// Each task's last move this process decided.
+    pub fn moves(&self, namespace: &str, name: &str) -> BTreeMap<u32, LastMoves> {
+        self.shared(namespace, name)
+            .map(|shared| locked(&shared.moves).clone())
+            .unwrap_or_default()
     }
 
     /// Every task runs on its owner and every standby is caught up: the next pod of a rolling
