@@ -4,7 +4,8 @@
 //! worker pod (`PUT /v1/assignment`). A worker never acts on a generation older than one it
 //! has seen: the newest generation is written to the state volume before it is acted on, so a
 //! restarted worker refuses a late, older document too. Until the first document arrives, a
-//! StatefulSet pod runs its static share (`share.rs`) and standalone mode runs every task.
+//! StatefulSet pod runs nothing (or, started by hand with `--replicas`, its static share in
+//! `share.rs`) and standalone mode runs every task.
 //!
 //! Acting on a document is a change of each task's role ([`TaskSlot::set_role`]): tasks new
 //! to this pod start, promoted standbys take over, released actives commit and become

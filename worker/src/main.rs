@@ -52,8 +52,9 @@ struct RunArgs {
     /// Log format: `json` in clusters, `text` for people.
     #[arg(long, env = "STREAMKEEPER_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
-    /// Number of worker pods sharing the job: this pod runs task i when i mod replicas is its
-    /// ordinal (from --pod-name). Without it, every task runs here.
+    /// Number of worker pods sharing the job: until the operator's first assignment document,
+    /// this pod runs task i when i mod replicas is its ordinal (from --pod-name). Without it, a
+    /// pod with a name runs nothing until that document, and a worker without one every task.
     #[arg(long, env = "STREAMKEEPER_REPLICAS", requires = "pod_name")]
     replicas: Option<u32>,
     /// This pod's name, ending in -<ordinal> as StatefulSet pods do.
@@ -153,9 +154,10 @@ fn main() -> ExitCode {
                         return ExitCode::FAILURE;
                     }
                 },
-                _ => TaskShare::All,
+                (None, Some(_)) => TaskShare::Assigned,
+                (_, None) => TaskShare::All,
             };
-            let pod = args.replicas.and(args.pod_name.clone());
+            let pod = args.pod_name.clone();
             match streamkeeper_worker::standalone::run(config, share, pod) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {

@@ -1,16 +1,20 @@
 //! Which of a job's tasks this process runs.
 //!
-//! Until the operator's assignment document drives it, a worker pod of a StatefulSet takes a
-//! static share by its ordinal: task `i` runs on the pod with ordinal `i mod replicas`. Each task
-//! has exactly one owner at a time as long as the replica count the pods were started with is
-//! the same; a pod started with another count can briefly overlap with an old one, and the
-//! transactional id fences the older writer, so the result stays exact. Standalone mode runs
-//! every task.
+//! Standalone mode runs every task. A pod the operator runs (a pod name and no replica count)
+//! runs none until the operator's assignment document arrives. A pod started by hand with
+//! `--replicas` takes a static share by its ordinal until a document arrives: task `i` runs on
+//! the pod with ordinal `i mod replicas`; pods started with different counts can briefly
+//! overlap, and the transactional id fences the older writer, so the result stays exact.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskShare {
     All,
-    Replica { ordinal: u32, replicas: u32 },
+    Replica {
+        ordinal: u32,
+        replicas: u32,
+    },
+    /// Nothing until the operator's assignment document says what.
+    Assigned,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,6 +49,7 @@ impl TaskShare {
             .filter(|task| match self {
                 Self::All => true,
                 Self::Replica { ordinal, replicas } => task % replicas == ordinal,
+                Self::Assigned => false,
             })
             .collect()
     }
@@ -68,6 +73,7 @@ mod tests {
             assert!(owners.iter().all(|&n| n == 1), "{replicas}: {owners:?}");
         }
         assert_eq!(TaskShare::All.tasks(3), [0, 1, 2]);
+        assert!(TaskShare::Assigned.tasks(3).is_empty());
     }
 
     #[test]

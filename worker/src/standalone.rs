@@ -1,6 +1,7 @@
 //! Running the worker: standalone, one worker runs every partition of a job as an active task
-//! (the demo and the worker tests use it); as a StatefulSet pod, it runs its static share until
-//! the operator's first assignment document arrives, and then what the documents say. Task
+//! (the demo and the worker tests use it); as a StatefulSet pod, it runs what the operator's
+//! assignment documents say (nothing before the first, or a static share when started by hand
+//! with `--replicas`). Task
 //! threads do the Kafka and RocksDB work; the async runtime only serves HTTP and waits for
 //! signals.
 //!
@@ -158,7 +159,9 @@ async fn run_async(
     };
     let tasks = share.tasks(partitions);
     tracing::info!(partitions, ?share, ?tasks, topic = %context.config.kafka.input_topic, "starting one active task per assigned input partition");
-    if tasks.is_empty() {
+    if tasks.is_empty() && share == TaskShare::Assigned {
+        tracing::info!(partitions, "waiting for the operator's assignment document");
+    } else if tasks.is_empty() {
         tracing::warn!(
             partitions,
             ?share,

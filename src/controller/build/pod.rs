@@ -138,14 +138,9 @@ fn env(job: &ValidatedJob) -> Vec<EnvVar> {
         // worker pods on one host, each on its own loopback address. The worker serves
         // 127.0.0.1 as well when the pod IP is not loopback, for `kubectl port-forward`.
         field_env("POD_IP", "status.podIP".into()),
-        // Until the assignment document drives placement, pod k of N runs the tasks i with
-        // i mod N = k (see the worker's `--replicas`). Changing replicas changes the template,
-        // so every pod restarts with the new share.
-        EnvVar {
-            name: "STREAMKEEPER_REPLICAS".into(),
-            value: Some(job.workers.replicas.to_string()),
-            ..EnvVar::default()
-        },
+        // No replica count: a pod runs only what the operator's assignment document gives it
+        // (nothing before the first one), so scaling changes no pod's template and restarts
+        // none, and a new pod never claims a task another pod owns.
     ];
     if job.restore.is_some() {
         env.push(field_env(

@@ -37,8 +37,6 @@ fn runs_the_worker_with_the_mounted_config() {
   valueFrom:
     fieldRef:
       fieldPath: status.podIP
-- name: STREAMKEEPER_REPLICAS
-  value: "3"
 "#
         )
     );
@@ -375,7 +373,7 @@ fn a_restore_request_reaches_the_worker_through_annotation_and_env() {
     assert_eq!(document.source, RestoreReplaySource::Input);
     let env = &json(&built.spec)["containers"][0]["env"];
     assert_eq!(
-        env[4],
+        env[3],
         yaml(
             r#"
 name: STREAMKEEPER_RESTORE_REQUEST
