@@ -1,5 +1,5 @@
-//! Reading a job's checkpoints in S3, for the status (newest checkpoint per task, its age and
-//! input offset) and for `deletionPolicy: Delete`. The worker writes them; the operator never
+//! Reading a job's checkpoints in S3, for the status (each task's manifests, of which the
+//! contract's rule picks the one a restore would use) and for `deletionPolicy: Delete`. The worker writes them; the operator never
 //! writes a checkpoint, it only reads manifests and, on request, deletes the job's prefix.
 //!
 //! Keys come from the contract's [`TaskPrefix`], manifests are parsed with the contract's
@@ -9,11 +9,11 @@ use crate::vocabulary::reasons;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+use futures::StreamExt;
 use streamkeeper_contract::{CheckpointManifest, TaskPrefix, Versioned};
 
-/// Newest manifests read per task to find the valid one with the highest changelog offset: two
-/// owners racing can leave a higher sequence number with a lower offset, never many of them.
-const MANIFESTS_READ_PER_TASK: usize = 4;
+/// Manifests read at once per task (the worker's restore reads as many).
+const MANIFEST_READS_AT_ONCE: usize = 8;
 
 /// A failed S3 request. `category()` is the condition reason and the metric label.
 #[derive(Debug, thiserror::Error)]
@@ -153,46 +153,64 @@ impl CheckpointReader {
         }
     }
 
-    /// The newest valid checkpoint of `task`: among the newest few manifests, the one with the
-    /// highest changelog offset (the rule restore uses). A manifest that does not parse or has a
-    /// version this operator does not know is skipped, as restore skips it.
-    pub async fn newest(
+    /// Every readable manifest of `task`, in no particular order; which one a restore would use
+    /// is the contract's rule ([`streamkeeper_contract::checkpoint_choice`]), judged by the
+    /// caller. A manifest that does not parse, or has a version this operator does not know, is
+    /// skipped as restore skips it; one deleted between the listing and the read (the workers'
+    /// retention) is skipped too. Retention bounds how many there are (`checkpoint.retain`).
+    pub async fn manifests(
         &self,
         task: u32,
-    ) -> Result<Option<CheckpointManifest>, CheckpointReadError> {
+    ) -> Result<Vec<CheckpointManifest>, CheckpointReadError> {
         let prefix = self.task(task);
-        let keys = self.list(&prefix.manifests()).await?;
-        let mut sequences: Vec<u64> = keys.iter().filter_map(|k| prefix.sequence_of(k)).collect();
-        sequences.sort_unstable();
-        let mut best: Option<CheckpointManifest> = None;
-        for sequence in sequences.iter().rev().take(MANIFESTS_READ_PER_TASK) {
-            let key = prefix.manifest_key(*sequence);
-            let object = self
-                .client
-                .get_object()
-                .bucket(&self.bucket)
-                .key(&key)
-                .send()
-                .await
-                .map_err(|e| self.unavailable("GetObject", &key, e))?;
-            let bytes = object
-                .body
+        let keys: Vec<String> = self
+            .list(&prefix.manifests())
+            .await?
+            .into_iter()
+            .filter(|key| prefix.sequence_of(key).is_some())
+            .collect();
+        let read: Vec<Result<Option<CheckpointManifest>, CheckpointReadError>> =
+            futures::stream::iter(keys)
+                .map(|key| async move { self.manifest(&key).await })
+                .buffer_unordered(MANIFEST_READS_AT_ONCE)
                 .collect()
-                .await
-                .map_err(|e| self.unavailable("GetObject", &key, e))?
-                .into_bytes();
-            let Ok(manifest) = CheckpointManifest::from_json(&bytes) else {
-                tracing::warn!(key, "skipping a checkpoint manifest that does not parse");
-                continue;
-            };
-            if best
-                .as_ref()
-                .is_none_or(|b| manifest.changelog_offset > b.changelog_offset)
-            {
-                best = Some(manifest);
+                .await;
+        let mut manifests = Vec::new();
+        for manifest in read {
+            manifests.extend(manifest?);
+        }
+        Ok(manifests)
+    }
+
+    /// The manifest at `key`; `None` when it is gone or does not parse.
+    async fn manifest(&self, key: &str) -> Result<Option<CheckpointManifest>, CheckpointReadError> {
+        let object = match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(object) => object,
+            Err(error) if error.as_service_error().is_some_and(|e| e.is_no_such_key()) => {
+                return Ok(None);
+            }
+            Err(error) => return Err(self.unavailable("GetObject", key, error)),
+        };
+        let bytes = object
+            .body
+            .collect()
+            .await
+            .map_err(|e| self.unavailable("GetObject", key, e))?
+            .into_bytes();
+        match CheckpointManifest::from_json(&bytes) {
+            Ok(manifest) => Ok(Some(manifest)),
+            Err(error) => {
+                tracing::warn!(key, %error, "skipping a checkpoint manifest that does not parse");
+                Ok(None)
             }
         }
-        Ok(best)
     }
 
     /// Deletes every object under the job's prefix; returns how many were deleted.

@@ -1,5 +1,6 @@
 //! The Kafka side of a job through the admin API: facts about the input topic (partitions,
-//! retention, log-start offsets) and the changelog and dead-letter topics the operator creates.
+//! retention, log-start offsets) and the changelog (its offset range), and the changelog and
+//! dead-letter topics the operator creates.
 //!
 //! Reads and creates only; whether a topic is acceptable is decided by the pure rules in
 //! [`crate::retention`]. librdkafka's metadata and watermark calls block, so they run on the
@@ -454,15 +455,22 @@ impl KafkaAdmin {
         topic: &str,
         partitions: i32,
     ) -> Result<Vec<i64>, KafkaAdminError> {
+        let watermarks = self.watermarks(topic, partitions).await?;
+        Ok(watermarks.into_iter().map(|(low, _high)| low).collect())
+    }
+
+    /// The `(low, high)` watermarks of partitions `0..partitions` of `topic`: partition `i`
+    /// holds offsets `[low, high)`.
+    pub async fn watermarks(
+        &self,
+        topic: &str,
+        partitions: i32,
+    ) -> Result<Vec<(i64, i64)>, KafkaAdminError> {
         let client = Arc::clone(&self.metadata);
         let name = topic.to_string();
         tokio::task::spawn_blocking(move || {
             (0..partitions)
-                .map(|partition| {
-                    client
-                        .fetch_watermarks(&name, partition, REQUEST_TIMEOUT)
-                        .map(|(low, _high)| low)
-                })
+                .map(|partition| client.fetch_watermarks(&name, partition, REQUEST_TIMEOUT))
                 .collect::<Result<Vec<_>, _>>()
         })
         .await

@@ -5,11 +5,12 @@
 //! reasons), never a job name.
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use std::time::Instant;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -25,6 +26,9 @@ pub struct CategoryLabels {
 
 pub struct Metrics {
     pub registry: Registry,
+    /// Every family registered, with its full name: the text exposition leaves a labelled
+    /// family out until its first sample, and the dashboard's test (issue 12) needs them all.
+    families: Vec<(String, MetricType)>,
     reconciles: Family<OutcomeLabels, Counter>,
     errors: Family<CategoryLabels, Counter>,
     duration: Histogram,
@@ -44,47 +48,52 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("streamkeeper_operator");
+        let mut registry = Registry::with_prefix(PREFIX);
+        let mut families = Vec::new();
+        let mut r = Registrar {
+            registry: &mut registry,
+            families: &mut families,
+        };
         let reconciles = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
+        r.register(
             "reconciles",
             "Reconciles of StatefulStreamJobs, by outcome",
             reconciles.clone(),
         );
         let errors = Family::<CategoryLabels, Counter>::default();
-        registry.register(
+        r.register(
             "reconcile_errors",
             "Failed reconciles, by error category",
             errors.clone(),
         );
         // 1 ms .. ~33 s.
         let duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
-        registry.register(
+        r.register(
             "reconcile_duration_seconds",
             "Time of one reconcile, from start to the status write",
             duration.clone(),
         );
         let leader = Gauge::default();
-        registry.register(
+        r.register(
             "leader",
             "1 while this process holds the leader Lease",
             leader.clone(),
         );
         let promotions = Counter::default();
-        registry.register(
+        r.register(
             "promotions",
             "Tasks moved off a pod that stopped answering, to their warmest copy",
             promotions.clone(),
         );
         let handoffs = Counter::default();
-        registry.register(
+        r.register(
             "handoffs",
             "Tasks moved between answering pods (balance, scaling), to a caught-up copy",
             handoffs.clone(),
         );
         // 50 ms .. ~100 s.
         let detection = Histogram::new(exponential_buckets(0.05, 2.0, 12));
-        registry.register(
+        r.register(
             "failover_detection_seconds",
             "From a promoted task's old owner's last answer to the decision that moved it",
             detection.clone(),
@@ -103,6 +112,7 @@ impl Metrics {
         );
         Self {
             registry,
+            families,
             reconciles,
             errors,
             duration,
@@ -148,12 +158,33 @@ impl Metrics {
         self.leader.set(i64::from(leader));
     }
 
+    /// Every registered family's full name and type, sampled or not.
+    pub fn families(&self) -> &[(String, MetricType)] {
+        &self.families
+    }
+
     /// The text exposition format.
     pub fn encode(&self) -> String {
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
+    }
+}
+
+const PREFIX: &str = "streamkeeper_operator";
+
+/// Registers metrics in a registry and remembers their names.
+struct Registrar<'a> {
+    registry: &'a mut Registry,
+    families: &'a mut Vec<(String, MetricType)>,
+}
+
+impl Registrar<'_> {
+    fn register(&mut self, name: &str, help: &str, metric: impl Metric) {
+        self.families
+            .push((format!("{PREFIX}_{name}"), metric.metric_type()));
+        self.registry.register(name, help, metric);
     }
 }
 

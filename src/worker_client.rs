@@ -1,13 +1,21 @@
 //! The operator's calls to a worker's HTTP port: `GET /v1/tasks` (each task's report, for the
-//! job's status) and `POST /v1/checkpoints` (take a checkpoint of every active task now, answered
-//! when the manifests are written), before suspend. The second changes the worker, so it carries
+//! job's status and the failover loop, several times a second per pod), `PUT /v1/assignment`
+//! (the failover loop's decision) and `POST /v1/checkpoints` (take a checkpoint of every active
+//! task now, answered when the manifests are written), before suspend. The mutating ones carry
 //! the job's worker token (`Authorization: Bearer`); paths and header are the contract's
 //! `worker_http`.
 //!
-//! A plain HTTP/1.1 exchange over one TCP connection: one request, the answer read to the end,
-//! connection closed. That is all this needs, and it keeps an HTTP client stack out of the
-//! operator.
+//! HTTP is hyper's (`client::conn::http1`), over a TCP connection this module opens itself, one
+//! per call: so a refused connection is the connect's own `io::Error`, which the failover loop
+//! reads as "the pod is down" at once, and a pooled connection that went stale can never stand in
+//! for a live worker. Every call has a timeout for the whole exchange, and an answer's body is
+//! read up to [`MAX_ANSWER_BYTES`], never further.
 
+use http::header::{CONNECTION, CONTENT_TYPE, HOST};
+use http::{Method, Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Bytes, Incoming};
+use hyper_util::rt::TokioIo;
 use std::time::Duration;
 use streamkeeper_contract::worker_http::{
     ASSIGNMENT_PATH, AUTHORIZATION_HEADER, CHECKPOINTS_PATH, TASKS_PATH,
@@ -15,8 +23,12 @@ use streamkeeper_contract::worker_http::{
 use streamkeeper_contract::{
     AssignmentDocument, ErrorDocument, TaskReportsDocument, Versioned, WorkerToken,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+/// The largest answer body read. A worker's biggest answer, `GET /v1/tasks`, is well under a
+/// kilobyte per task; anything near this is not a worker answering, and reading it would only
+/// cost the operator memory.
+pub const MAX_ANSWER_BYTES: usize = 8 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerCallError {
@@ -57,13 +69,15 @@ pub async fn request_checkpoint(
     token: Option<&WorkerToken>,
     timeout: Duration,
 ) -> Result<(), WorkerCallError> {
-    let request = Request {
-        method: "POST",
+    let call = Call {
+        method: Method::POST,
         path: CHECKPOINTS_PATH,
         authorization: token.map(WorkerToken::authorization),
         body: Vec::new(),
     };
-    exchange(host, port, &request, timeout).await.map(drop)
+    exchange(&Worker { host, port }, call, timeout)
+        .await
+        .map(drop)
 }
 
 /// `PUT /v1/assignment` on `host:port` with the job's `token`: the worker acts on `document`,
@@ -75,13 +89,15 @@ pub async fn put_assignment(
     document: &AssignmentDocument,
     timeout: Duration,
 ) -> Result<(), WorkerCallError> {
-    let request = Request {
-        method: "PUT",
+    let call = Call {
+        method: Method::PUT,
         path: ASSIGNMENT_PATH,
         authorization: token.map(WorkerToken::authorization),
         body: document.to_json(),
     };
-    exchange(host, port, &request, timeout).await.map(drop)
+    exchange(&Worker { host, port }, call, timeout)
+        .await
+        .map(drop)
 }
 
 /// `GET /v1/tasks` on `host:port`: the reports of every task the worker hosts.
@@ -90,23 +106,20 @@ pub async fn task_reports(
     port: u16,
     timeout: Duration,
 ) -> Result<TaskReportsDocument, WorkerCallError> {
-    let request = Request {
-        method: "GET",
+    let worker = Worker { host, port };
+    let call = Call {
+        method: Method::GET,
         path: TASKS_PATH,
         authorization: None,
         body: Vec::new(),
     };
-    let body = exchange(host, port, &request, timeout).await?;
-    TaskReportsDocument::from_json(&body).map_err(|error| WorkerCallError::Unreadable {
-        host: host.to_string(),
-        port,
-        reason: error.to_string(),
-    })
+    let body = exchange(&worker, call, timeout).await?;
+    TaskReportsDocument::from_json(&body).map_err(|error| worker.unreadable(error.to_string()))
 }
 
-/// A request without a body.
-struct Request {
-    method: &'static str,
+/// One request to send.
+struct Call {
+    method: Method,
     path: &'static str,
     /// The value of the `Authorization` header, if any.
     authorization: Option<String>,
@@ -114,118 +127,163 @@ struct Request {
     body: Vec<u8>,
 }
 
-/// One request; the body of a 2xx answer.
-async fn exchange(
-    host: &str,
+/// The worker called, for the errors.
+struct Worker<'a> {
+    host: &'a str,
     port: u16,
-    request: &Request,
+}
+
+impl Worker<'_> {
+    fn unreachable(&self, source: std::io::Error) -> WorkerCallError {
+        WorkerCallError::Unreachable {
+            host: self.host.to_string(),
+            port: self.port,
+            source,
+        }
+    }
+
+    fn unreadable(&self, reason: String) -> WorkerCallError {
+        WorkerCallError::Unreadable {
+            host: self.host.to_string(),
+            port: self.port,
+            reason,
+        }
+    }
+
+    /// A failure hyper reports: one of the connection (its `io::Error`, kind kept) is
+    /// `Unreachable`, one of the answer's framing is `Unreadable`.
+    fn failed(&self, error: hyper::Error) -> WorkerCallError {
+        let io = std::error::Error::source(&error)
+            .and_then(|source| source.downcast_ref::<std::io::Error>())
+            .map(std::io::Error::kind);
+        match io {
+            Some(kind) => self.unreachable(std::io::Error::new(kind, error)),
+            None if error.is_incomplete_message() || error.is_closed() => self.unreachable(
+                std::io::Error::new(std::io::ErrorKind::UnexpectedEof, error),
+            ),
+            None => self.unreadable(error.to_string()),
+        }
+    }
+}
+
+/// One call; the body of a 2xx answer.
+async fn exchange(
+    worker: &Worker<'_>,
+    call: Call,
     timeout: Duration,
 ) -> Result<Vec<u8>, WorkerCallError> {
-    match tokio::time::timeout(timeout, exchange_unbounded(host, port, request)).await {
+    match tokio::time::timeout(timeout, exchange_unbounded(worker, call)).await {
         Ok(result) => result,
         Err(_) => Err(WorkerCallError::Timeout {
-            host: host.to_string(),
-            port,
+            host: worker.host.to_string(),
+            port: worker.port,
             timeout,
         }),
     }
 }
 
-async fn exchange_unbounded(
-    host: &str,
-    port: u16,
-    request: &Request,
-) -> Result<Vec<u8>, WorkerCallError> {
-    let unreachable = |source| WorkerCallError::Unreachable {
-        host: host.to_string(),
-        port,
-        source,
-    };
-    let mut stream = TcpStream::connect((host, port))
+async fn exchange_unbounded(worker: &Worker<'_>, call: Call) -> Result<Vec<u8>, WorkerCallError> {
+    let request = request(worker, call)?;
+    let stream = TcpStream::connect((worker.host, worker.port))
         .await
-        .map_err(unreachable)?;
-    let Request {
+        .map_err(|source| worker.unreachable(source))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|error| worker.failed(error))?;
+    let answer = async move {
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|error| worker.failed(error))?;
+        // The connection ends once the sender is gone and the answer read.
+        drop(sender);
+        read_answer(worker, response).await
+    };
+    // The connection is driven beside the call, on this task: when the call times out, both
+    // are dropped and the socket closed, nothing is left running.
+    let (answer, _connection) = futures::future::join(answer, connection).await;
+    answer
+}
+
+/// The request `call` describes. Every header is the contract's or a constant; the one that
+/// could be refused, the token, comes from a parsed `WorkerToken`.
+fn request(worker: &Worker<'_>, call: Call) -> Result<Request<Full<Bytes>>, WorkerCallError> {
+    let Call {
         method,
         path,
         authorization,
         body,
-    } = request;
-    let authorization = authorization
-        .as_ref()
-        .map(|value| format!("{AUTHORIZATION_HEADER}: {value}\r\n"))
-        .unwrap_or_default();
-    let content_type = if body.is_empty() {
-        ""
-    } else {
-        "Content-Type: application/json\r\n"
-    };
-    let mut bytes = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{authorization}{content_type}Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    bytes.extend_from_slice(body);
-    stream.write_all(&bytes).await.map_err(unreachable)?;
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).await.map_err(unreachable)?;
-    let unreadable = |reason: &str| WorkerCallError::Unreadable {
-        host: host.to_string(),
-        port,
-        reason: reason.to_string(),
-    };
-    let split = answer
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| unreadable("no end of the headers"))?;
-    let head = String::from_utf8_lossy(&answer[..split]).to_string();
-    let body = &answer[split + 4..];
-    let status_line = head.lines().next().unwrap_or_default().to_string();
-    let success = status_line
-        .split_whitespace()
-        .nth(1)
-        .is_some_and(|code| code.starts_with('2'));
-    let chunked = head.lines().any(|line| {
-        let line = line.to_ascii_lowercase();
-        line.starts_with("transfer-encoding:") && line.contains("chunked")
-    });
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        Some(body.to_vec())
-    };
-    if !success {
-        return Err(WorkerCallError::Refused {
-            host: host.to_string(),
-            port,
-            status_line,
-            detail: body
-                .and_then(|body| ErrorDocument::from_json(&body).ok())
-                .map(|document| document.error),
-        });
+    } = call;
+    let mut builder = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(HOST, format!("{}:{}", worker.host, worker.port))
+        .header(CONNECTION, "close");
+    if let Some(value) = authorization {
+        builder = builder.header(AUTHORIZATION_HEADER, value);
     }
-    body.ok_or_else(|| unreadable("a broken chunked body"))
+    if !body.is_empty() {
+        builder = builder.header(CONTENT_TYPE, "application/json");
+    }
+    builder.body(Full::new(Bytes::from(body))).map_err(|error| {
+        worker.unreachable(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("the request cannot be written: {error}"),
+        ))
+    })
 }
 
-/// The payload of a `Transfer-Encoding: chunked` body.
-fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = body.windows(2).position(|w| w == b"\r\n")?;
-        let size_text = std::str::from_utf8(&body[..line_end]).ok()?;
-        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
-        body = &body[line_end + 2..];
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(body.get(..size)?);
-        body = body.get(size + 2..)?;
+/// The body of a 2xx answer; any other status is `Refused`, with the worker's reason when its
+/// body is the worker's error document.
+async fn read_answer(
+    worker: &Worker<'_>,
+    response: Response<Incoming>,
+) -> Result<Vec<u8>, WorkerCallError> {
+    let (parts, body) = response.into_parts();
+    let body = read_body(worker, body).await;
+    if parts.status.is_success() {
+        return body;
     }
+    Err(WorkerCallError::Refused {
+        host: worker.host.to_string(),
+        port: worker.port,
+        status_line: format!("{:?} {}", parts.version, parts.status),
+        detail: body
+            .ok()
+            .and_then(|body| ErrorDocument::from_json(&body).ok())
+            .map(|document| document.error),
+    })
+}
+
+/// The body, read up to [`MAX_ANSWER_BYTES`]: an answer that says or turns out to be longer is
+/// refused as soon as that is known, before the rest is read.
+async fn read_body(worker: &Worker<'_>, mut body: Incoming) -> Result<Vec<u8>, WorkerCallError> {
+    let too_large = || {
+        worker.unreadable(format!(
+            "an answer larger than {MAX_ANSWER_BYTES} bytes, not read"
+        ))
+    };
+    if body.size_hint().lower() > MAX_ANSWER_BYTES as u64 {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|error| worker.failed(error))?;
+        if let Ok(data) = frame.into_data() {
+            if bytes.len() + data.len() > MAX_ANSWER_BYTES {
+                return Err(too_large());
+            }
+            bytes.extend_from_slice(&data);
+        }
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use streamkeeper_contract::worker_http::TOKEN_BYTES;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
     use tokio::task::JoinHandle;
 
@@ -247,9 +305,7 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         let handle = tokio::spawn(async move {
             let (mut socket, _) = listener.accept().await.unwrap();
-            let mut buffer = [0u8; 1024];
-            let read = socket.read(&mut buffer).await.unwrap();
-            let request = String::from_utf8_lossy(&buffer[..read]).to_string();
+            let request = read_request(&mut socket).await;
             assert!(
                 request.starts_with(&format!("{method} {path} HTTP/1.1\r\n")),
                 "{request}"
@@ -258,6 +314,29 @@ mod tests {
             request
         });
         (port, handle)
+    }
+
+    /// The whole request: its head, and as many body bytes as its `content-length` says (a
+    /// socket closed with unread bytes is reset, and the client would see no answer).
+    async fn read_request(socket: &mut tokio::net::TcpStream) -> String {
+        let mut request = Vec::new();
+        let mut buffer = [0u8; 1024];
+        loop {
+            let read = socket.read(&mut buffer).await.unwrap();
+            assert!(read > 0, "the client closed mid-request");
+            request.extend_from_slice(&buffer[..read]);
+            let text = String::from_utf8_lossy(&request).to_string();
+            let Some(end) = text.find("\r\n\r\n") else {
+                continue;
+            };
+            let length: usize = text[..end]
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length: "))
+                .map_or(0, |value| value.trim().parse().unwrap());
+            if request.len() >= end + 4 + length {
+                return text;
+            }
+        }
     }
 
     #[tokio::test]
@@ -314,6 +393,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_assignment_is_put_with_the_token_and_its_json_body() {
+        let document = AssignmentDocument {
+            version: 1,
+            generation: 3,
+            tasks: vec![],
+        };
+        let (port, request) =
+            serve_once_at(ASSIGNMENT_PATH, "PUT", "HTTP/1.1 204 No Content\r\n\r\n").await;
+        put_assignment(
+            "127.0.0.1",
+            port,
+            Some(&token()),
+            &document,
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        let request = request.await.unwrap();
+        let expected = format!("\r\nauthorization: Bearer {}\r\n", token().as_str());
+        assert!(request.contains(&expected), "{request}");
+        assert!(
+            request.contains("\r\ncontent-type: application/json\r\n"),
+            "{request}"
+        );
+        assert!(
+            request.ends_with(&String::from_utf8(document.to_json()).unwrap()),
+            "{request}"
+        );
+    }
+
+    #[tokio::test]
     async fn task_reports_are_read_plain_or_chunked() {
         let document = TaskReportsDocument::new(vec![streamkeeper_contract::TaskReport::new(
             3,
@@ -347,16 +457,81 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_closed_port_is_unreachable() {
+    async fn a_closed_port_is_unreachable_and_refused() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let error = request_checkpoint("127.0.0.1", port, None, Duration::from_secs(5))
+        let error = task_reports("127.0.0.1", port, Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        // The failover loop's test for "the pod is down" (failover::poll_pods).
+        match error {
+            WorkerCallError::Unreachable { source, .. } => {
+                assert_eq!(
+                    source.kind(),
+                    std::io::ErrorKind::ConnectionRefused,
+                    "{source}"
+                );
+            }
+            other => panic!("not unreachable: {other}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_never_answers_times_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let _held = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            drop(socket);
+        });
+        let started = std::time::Instant::now();
+        let error = task_reports("127.0.0.1", port, Duration::from_millis(200))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, WorkerCallError::Timeout { .. }), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{error}");
+    }
+
+    /// Answers one request with `head`, then body bytes without end until the client leaves;
+    /// the handle yields how many body bytes were sent.
+    async fn serve_endless(head: &'static str) -> (u16, JoinHandle<usize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let handle = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            read_request(&mut socket).await;
+            socket.write_all(head.as_bytes()).await.unwrap();
+            let chunk = vec![b'x'; 64 * 1024];
+            let mut sent = 0;
+            while socket.write_all(&chunk).await.is_ok() {
+                sent += chunk.len();
+            }
+            sent
+        });
+        (port, handle)
+    }
+
+    #[tokio::test]
+    async fn an_answer_over_the_bound_is_refused_not_read() {
+        // A length that says so up front: refused before any of the body is read.
+        let (port, _) =
+            serve_endless("HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n").await;
+        let error = task_reports("127.0.0.1", port, Duration::from_secs(30))
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("larger than"), "{error}");
+        // No length: refused once the bound is passed, with the connection closed there.
+        let (port, sent) = serve_endless("HTTP/1.1 200 OK\r\n\r\n").await;
+        let error = task_reports("127.0.0.1", port, Duration::from_secs(30))
             .await
             .unwrap_err();
         assert!(
-            matches!(error, WorkerCallError::Unreachable { .. }),
+            matches!(&error, WorkerCallError::Unreadable { reason, .. } if reason.contains("larger than")),
             "{error}"
         );
+        let sent = sent.await.unwrap();
+        assert!(sent < 4 * MAX_ANSWER_BYTES, "the server sent {sent} bytes");
     }
 }

@@ -9,23 +9,19 @@
 
 mod operator_support;
 
-use aws_sdk_s3::primitives::ByteStream;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
+use operator_support::checkpoints::{manifest, now_ms, put_manifest};
 use operator_support::process::wait_for;
 use operator_support::{support, *};
-use rdkafka::TopicPartitionList;
-use rdkafka::admin::AdminOptions;
-use rdkafka::config::ClientConfig;
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::time::Duration;
 use streamkeeper::api::{JobPhase, StatefulStreamJob};
 use streamkeeper::controller::{Facts, build, conditions, validate};
-use streamkeeper_contract::{CheckpointManifest, TaskPrefix, Versioned};
+use streamkeeper_contract::Versioned;
 
 fn condition<'a>(
     job: &'a StatefulStreamJob,
@@ -601,123 +597,6 @@ async fn suspend_resume_restart_nonce_and_restore() {
     delete_namespace(&s.client, &s.namespace).await;
 }
 
-async fn put_manifest(
-    prefix: &str,
-    namespace: &str,
-    job: &str,
-    task: u32,
-    created_at_ms: u64,
-    input_offset: i64,
-) -> String {
-    let manifest = CheckpointManifest {
-        version: 1,
-        task,
-        sequence: 1,
-        owner: format!("{job}-0"),
-        assignment_generation: 1,
-        created_at_ms,
-        input_offset,
-        changelog_offset: 0,
-        newest_record_ms: created_at_ms,
-        processor_kind: "count".into(),
-        state_format_version: 1,
-        files: vec![],
-        changelog_incarnation: None,
-    };
-    let key = TaskPrefix::new(prefix, namespace, job, task).manifest_key(1);
-    s3_client()
-        .put_object()
-        .bucket(support::s3_settings().bucket)
-        .key(&key)
-        .body(ByteStream::from(manifest.to_json()))
-        .send()
-        .await
-        .expect("manifest written");
-    key
-}
-
-fn now_ms() -> u64 {
-    u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis(),
-    )
-    .unwrap()
-}
-
-#[tokio::test]
-async fn checkpoint_age_and_recovery_gap_come_from_s3_and_the_log_start() {
-    // Retention 4 h: max safe checkpoint age 2 h.
-    let s = setup("op-ckpt", &[("retention.ms", "14400000")]).await;
-    let ctx = context(&s.client);
-    let name = "counts";
-    // Task 0: fresh, and its input is still there. Task 1: 3 h old. Task 2: resumes at offset 2
-    // but the partition's log now starts at 5.
-    let now = now_ms();
-    put_manifest(&s.prefix, &s.namespace, name, 0, now - 60_000, 0).await;
-    put_manifest(&s.prefix, &s.namespace, name, 1, now - 3 * 3_600_000, 0).await;
-    put_manifest(&s.prefix, &s.namespace, name, 2, now - 60_000, 2).await;
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", support::kafka_bootstrap())
-        .create()
-        .unwrap();
-    for i in 0..10 {
-        producer
-            .send(
-                FutureRecord::<str, str>::to(&s.input)
-                    .partition(2)
-                    .key("k")
-                    .payload(&format!("{i}")),
-                TIMEOUT,
-            )
-            .await
-            .expect("produced");
-    }
-    let mut before = TopicPartitionList::new();
-    before
-        .add_partition_offset(&s.input, 2, rdkafka::Offset::Offset(5))
-        .unwrap();
-    admin()
-        .delete_records(
-            &before,
-            &AdminOptions::new().operation_timeout(Some(TIMEOUT)),
-        )
-        .await
-        .expect("records deleted");
-
-    s.jobs
-        .create(&PostParams::default(), &job(name, &s.input, &s.prefix))
-        .await
-        .unwrap();
-    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
-    let job = s.jobs.get(name).await.unwrap();
-    let stale = condition(&job, "CheckpointStale");
-    assert_eq!(stale.status, "True");
-    assert_eq!(stale.reason, "CheckpointTooOld");
-    assert!(stale.message.contains("task 1"), "{}", stale.message);
-    assert!(!stale.message.contains("task 0"), "{}", stale.message);
-    let gap = condition(&job, "RecoveryGap");
-    assert_eq!(gap.status, "True");
-    assert_eq!(gap.reason, "InputTruncated");
-    assert!(
-        gap.message.contains("task 2") && gap.message.contains("starts at 5"),
-        "{}",
-        gap.message
-    );
-    let status = job.status.unwrap();
-    assert_eq!(status.tasks.len(), 3);
-    let task2 = status.tasks[2].last_checkpoint.clone().unwrap();
-    assert_eq!(task2.input_offset, 2);
-    // Status times have whole seconds.
-    assert_eq!(
-        status.newest_checkpoint_time.unwrap().0.as_second(),
-        i64::try_from((now - 3 * 3_600_000) / 1000).unwrap()
-    );
-
-    delete_namespace(&s.client, &s.namespace).await;
-}
-
 async fn s3_keys(prefix: &str) -> Vec<String> {
     s3_client()
         .list_objects_v2()
@@ -769,7 +648,13 @@ async fn deletion_retains_or_deletes_changelog_and_checkpoints() {
             .finalizers()
             .contains(&"streamkeeper.dev/cleanup".to_string())
     );
-    put_manifest(&s.prefix, &s.namespace, kept, 0, now_ms(), 0).await;
+    put_manifest(
+        &s.prefix,
+        &s.namespace,
+        kept,
+        &manifest(0, 1, 0, now_ms(), 0),
+    )
+    .await;
     delete_and_reconcile(&ctx, &s.jobs, kept).await;
     assert!(
         describe_topic(&format!("{}.{kept}.changelog", s.namespace))
@@ -790,7 +675,13 @@ async fn deletion_retains_or_deletes_changelog_and_checkpoints() {
     s.jobs.create(&PostParams::default(), &spec).await.unwrap();
     reconcile_once(&ctx, &s.jobs, gone).await.unwrap();
     for task in 0..3 {
-        put_manifest(&s.prefix, &s.namespace, gone, task, now_ms(), 0).await;
+        put_manifest(
+            &s.prefix,
+            &s.namespace,
+            gone,
+            &manifest(task, 1, 0, now_ms(), 0),
+        )
+        .await;
     }
     assert_eq!(
         s3_keys(&format!("{}/{}/{gone}/", s.prefix, s.namespace))

@@ -6,13 +6,15 @@
 //! so the worker can use it without pulling in the operator's dependencies.
 //!
 //! [`rules`] holds the validation both sides apply to a job's settings, once; [`worker_http`] the
-//! worker's HTTP paths and the token rule of its mutating requests.
+//! worker's HTTP paths and the token rule of its mutating requests; [`checkpoint_choice`] which
+//! checkpoint a restore uses (the worker restores from it, the operator shows it).
 //!
 //! Every format carries a `version` field; readers refuse versions they do not know instead of
 //! guessing, and each format has a round-trip test.
 
 pub mod assign;
 pub mod assignment;
+pub mod checkpoint_choice;
 pub mod checkpoint_layout;
 pub mod duration;
 pub mod manifest;

@@ -1,7 +1,8 @@
-//! Reading the facts a job's status depends on: each task's newest checkpoint (from the S3
-//! manifests) and the input partitions' log-start offsets (from Kafka), judged by the pure rules
-//! of [`crate::retention`] into `CheckpointStale` and `RecoveryGap`; and what the worker pods
-//! report about their tasks (`GET /v1/tasks`).
+//! Reading the facts a job's status depends on: each task's checkpoint a restore would use (the
+//! contract's rule over the S3 manifests and the changelog's offsets) and the input partitions'
+//! log-start offsets (from Kafka), judged by the pure rules of [`crate::retention`] into
+//! `CheckpointStale` and `RecoveryGap`; and what the worker pods report about their tasks
+//! (`GET /v1/tasks`).
 
 use crate::api::{TaskCheckpoint, TaskStatus};
 use crate::checkpoint_reader::{CheckpointReader, S3AccessKeys};
@@ -22,6 +23,7 @@ use kube::api::Api;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use streamkeeper_contract::CheckpointManifest;
 use streamkeeper_contract::TaskReport;
+use streamkeeper_contract::checkpoint_choice::{self, ChangelogRange};
 
 /// What S3 and Kafka say about the job's checkpoints.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,8 +99,8 @@ pub async fn s3_access_keys(
     }))
 }
 
-/// Reads the newest checkpoint of every task and checks it against `max_safe_age` and the input
-/// partition's log-start offset.
+/// Reads every task's checkpoints and the changelog's offsets, picks the checkpoint a restore
+/// would use, and checks it against `max_safe_age` and the input partition's log-start offset.
 pub async fn checkpoints(
     ctx: &Context,
     kafka: &KafkaAdmin,
@@ -110,18 +112,49 @@ pub async fn checkpoints(
     let reader =
         CheckpointReader::new(job.checkpoint.location(), keys, &job.namespace, &job.name).await;
     let task_count = u32::try_from(partitions).unwrap_or(0);
-    let mut newest = Vec::new();
+    let mut listed = Vec::new();
     for task in 0..task_count {
-        newest.push(reader.newest(task).await?);
+        listed.push(reader.manifests(task).await?);
     }
-    let log_starts = if newest.iter().any(Option::is_some) {
-        kafka
+    // Offsets cost broker calls; a job without checkpoints needs none.
+    let (changelog, log_starts) = if listed.iter().any(|manifests| !manifests.is_empty()) {
+        let changelog = kafka
+            .watermarks(&job.kafka.changelog_topic, partitions)
+            .await?;
+        let log_starts = kafka
             .log_start_offsets(&job.kafka.input_topic, partitions)
-            .await?
+            .await?;
+        (changelog, log_starts)
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
-    Ok(judge(&newest, &log_starts, max_safe_age, now_ms()))
+    let best = restore_checkpoints(listed, &changelog);
+    Ok(judge(&best, &log_starts, max_safe_age, now_ms()))
+}
+
+/// Per task (index = task), the checkpoint a restore from the changelog would use, by the
+/// contract's rule, given each task's manifests and its changelog partition's `(low, high)`.
+///
+/// The operator does not read the changelog's records, so two facts of the worker's restore
+/// are not known here. The tombstone rule is taken as met: applying it needs to know whether
+/// only transaction markers follow the checkpoint (an idle task's case), and guessing "no"
+/// would call every idle task's checkpoint unusable; when the rule fails, the worker replays
+/// the whole changelog instead. The changelog's incarnation (named by its first record) is
+/// not checked either: a rebuilt changelog starts again at 0, so the old incarnation's
+/// checkpoints mostly lie past its end and are refused by the range anyway.
+pub fn restore_checkpoints(
+    listed: Vec<Vec<CheckpointManifest>>,
+    changelog: &[(i64, i64)],
+) -> Vec<Option<CheckpointManifest>> {
+    listed
+        .into_iter()
+        .enumerate()
+        .map(|(index, manifests)| {
+            let task = u32::try_from(index).ok()?;
+            let &(low, high) = changelog.get(index)?;
+            checkpoint_choice::best(manifests, task, ChangelogRange { low, high }, |_| true)
+        })
+        .collect()
 }
 
 fn now_ms() -> u64 {
@@ -131,7 +164,8 @@ fn now_ms() -> u64 {
         .unwrap_or_default()
 }
 
-/// The pure part: newest manifest per task (index = task), log-start offset per partition.
+/// The pure part: the checkpoint a restore would use per task (index = task), log-start offset
+/// per input partition.
 pub fn judge(
     newest: &[Option<CheckpointManifest>],
     log_starts: &[i64],
@@ -358,6 +392,27 @@ mod tests {
             observation.recovery_gap.message
         );
         assert_eq!(observation.tasks[1].last_checkpoint, None);
+    }
+
+    #[test]
+    fn each_task_shows_its_best_checkpoint_within_its_changelog_partition() {
+        let at = |task, sequence, changelog_offset| CheckpointManifest {
+            sequence,
+            changelog_offset,
+            ..manifest(task, 0, 0)
+        };
+        let listed = vec![
+            vec![at(0, 1, 7), at(0, 2, 2), at(0, 3, 2)],
+            vec![at(1, 1, 12), at(1, 2, 6)],
+            vec![at(2, 1, 0)],
+        ];
+        // Task 2's changelog partition is unknown: no checkpoint can be judged usable.
+        let best = restore_checkpoints(listed, &[(5, 10), (0, 10)]);
+        let shown: Vec<Option<u64>> = best
+            .iter()
+            .map(|m| m.as_ref().map(|m| m.sequence))
+            .collect();
+        assert_eq!(shown, vec![Some(1), Some(2), None]);
     }
 
     #[test]

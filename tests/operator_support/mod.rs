@@ -7,6 +7,7 @@
 pub mod support;
 
 pub mod cards;
+pub mod checkpoints;
 pub mod failover;
 pub mod process;
 

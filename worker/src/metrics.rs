@@ -3,10 +3,11 @@
 
 use crate::status::TaskPhase;
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
@@ -31,6 +32,9 @@ pub struct PhaseLabel {
 #[derive(Clone, Debug)]
 pub struct WorkerMetrics {
     registry: Arc<Registry>,
+    /// Every family registered, with its full name: the text exposition leaves a labelled
+    /// family out until its first sample, and the dashboard's test (issue 12) needs them all.
+    families: Arc<Vec<(String, MetricType)>>,
     pub records_processed: Family<TaskLabel, Counter>,
     pub records_dead_lettered: Family<ReasonLabel, Counter>,
     pub records_dropped: Family<ReasonLabel, Counter>,
@@ -72,6 +76,7 @@ impl WorkerMetrics {
         let mut registry = Registry::with_prefix("streamkeeper");
         let metrics = Self {
             registry: Arc::new(Registry::default()),
+            families: Arc::default(),
             records_processed: Family::default(),
             records_dead_lettered: Family::default(),
             records_dropped: Family::default(),
@@ -107,7 +112,11 @@ impl WorkerMetrics {
             handoffs: Family::default(),
             assignment_generation: Gauge::default(),
         };
-        let r = &mut registry;
+        let r = &mut Registrar {
+            registry: &mut registry,
+            prefix: "streamkeeper",
+            families: Vec::new(),
+        };
         r.register(
             "input_records",
             "Input records processed",
@@ -278,10 +287,17 @@ impl WorkerMetrics {
             "Generation of the newest assignment document this worker acts on",
             metrics.assignment_generation.clone(),
         );
+        let families = Arc::new(std::mem::take(&mut r.families));
         Self {
             registry: Arc::new(registry),
+            families,
             ..metrics
         }
+    }
+
+    /// Every registered family's full name and type, sampled or not.
+    pub fn families(&self) -> &[(String, MetricType)] {
+        &self.families
     }
 
     pub fn phase_transition(&self, task: u32, phase: TaskPhase) {
@@ -309,6 +325,22 @@ impl WorkerMetrics {
             out.clear();
         }
         out
+    }
+}
+
+/// Registers metrics in a registry and remembers their names.
+struct Registrar<'a> {
+    registry: &'a mut Registry,
+    /// The registry's prefix, which its names get.
+    prefix: &'static str,
+    families: Vec<(String, MetricType)>,
+}
+
+impl Registrar<'_> {
+    fn register(&mut self, name: &str, help: &str, metric: impl Metric) {
+        self.families
+            .push((format!("{}_{name}", self.prefix), metric.metric_type()));
+        self.registry.register(name, help, metric);
     }
 }
 

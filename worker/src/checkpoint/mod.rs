@@ -4,7 +4,8 @@
 //! - `files`: describing a local checkpoint (sizes, SHA-256, remembered for immutable SSTs).
 //! - `upload`: one task's uploads (content-addressed objects, then the manifest with
 //!   `If-None-Match: *` as the commit point) and its retention run.
-//! - `gc`: the retention plan (pure). `select`: which checkpoints a restore may use (pure).
+//! - `gc`: the retention plan (pure). Which checkpoints a restore may use is the contract's
+//!   rule (`streamkeeper_contract::checkpoint_choice`), shared with the operator's status.
 //! - `download`: fetching and verifying one checkpoint for a restore.
 //! - `service`: when checkpoints are taken, on the async runtime beside the task threads.
 //!
@@ -17,7 +18,6 @@ pub mod error;
 pub mod files;
 pub mod gc;
 pub mod s3;
-pub mod select;
 pub mod service;
 pub mod upload;
 

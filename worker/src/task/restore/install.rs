@@ -5,7 +5,6 @@
 
 use super::progress::Progress;
 use crate::checkpoint::download::download;
-use crate::checkpoint::select::Choice;
 use crate::checkpoint::{CheckpointError, CheckpointService};
 use crate::metrics::TaskLabel;
 use crate::store::{OpenOutcome, RocksStore, TaskMetadata};
@@ -15,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use streamkeeper_contract::CheckpointManifest;
+use streamkeeper_contract::checkpoint_choice::Choice;
 
 /// Downloads and installs the first of `candidates` that verifies, falling back to the next
 /// one on a bad object or manifest unless `choice` names one sequence. `None`: none was usable.

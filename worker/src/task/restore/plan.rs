@@ -19,16 +19,16 @@
 //!    `delete.retention.ms` (the tombstone rule, [`delta_is_exact`]).
 //! 4. Otherwise the checkpoints: those of the topic's incarnation only; the newest written past
 //!    the changelog's end means the topic was lost; the usable ones best first
-//!    (`checkpoint::select`), with the same idle and tombstone rules; when none is usable, or
+//!    (the contract's `checkpoint_choice`), with the same idle and tombstone rules; when none is usable, or
 //!    none installs, the whole changelog.
 //!
 //! A restore request ([`plan_request`]) runs after the usual restore, because the id it last
 //! applied is in the state; a rebuild from the input ([`plan_input_rebuild`]) starts from a
 //! checkpoint's input offset, never past input that retention already deleted (item 1).
 
-use crate::checkpoint::select::{self, Choice};
 use std::collections::BTreeMap;
 use streamkeeper_contract::CheckpointManifest;
+use streamkeeper_contract::checkpoint_choice::{self, ChangelogRange, Choice};
 use streamkeeper_contract::restore_request::{RestoreReplaySource, RestoreRequestDocument};
 
 /// Which restore is being planned.
@@ -303,7 +303,8 @@ fn checkpoints(facts: &Facts, incarnation: &Option<String>) -> Result<Decision, 
         0
     };
     let now = facts.now_ms;
-    let candidates = select::candidates(manifests, task, low, high, choice, |m| {
+    let changelog = ChangelogRange { low, high };
+    let candidates = checkpoint_choice::usable(manifests, task, changelog, choice, |m| {
         let newest = i64::try_from(m.newest_record_ms).ok().filter(|ms| *ms > 0);
         m.changelog_offset >= quiet_from || delta_is_exact(true, newest, now, retention_ms)
     });
@@ -403,7 +404,7 @@ pub fn input_candidates(
     task: u32,
     choice: Choice,
 ) -> Vec<CheckpointManifest> {
-    select::for_input_replay(manifests, task, choice)
+    checkpoint_choice::for_input_replay(manifests, task, choice)
 }
 
 /// Which incarnation the rewritten changelog names.

@@ -1,14 +1,15 @@
 //! Restore figures (records and bytes done, rate, ETA, download progress), published to the
 //! task board (`/v1/tasks`), the metrics and the logs as the restore goes through its phases.
 
-use crate::metrics::TaskLabel;
-use crate::status::{DownloadProgress, RestorePhase, RestoreProgress, RestoreSource};
+use crate::metrics::{TaskLabel, WorkerMetrics};
+use crate::status::{DownloadProgress, RestorePhase, RestoreProgress, RestoreSource, TaskBoard};
 use crate::task::WorkerContext;
 use std::time::{Duration, Instant};
 
 /// Restore figures, published to the task board, the metrics and the logs.
 pub(in crate::task) struct Progress<'a> {
-    context: &'a WorkerContext,
+    metrics: &'a WorkerMetrics,
+    board: &'a TaskBoard,
     task: u32,
     source: RestoreSource,
     reprocessed_input_records: Option<u64>,
@@ -26,8 +27,13 @@ pub(in crate::task) struct Progress<'a> {
 
 impl<'a> Progress<'a> {
     pub(in crate::task) fn new(context: &'a WorkerContext, task: u32) -> Self {
+        Self::publishing_to(&context.metrics, &context.board, task)
+    }
+
+    fn publishing_to(metrics: &'a WorkerMetrics, board: &'a TaskBoard, task: u32) -> Self {
         Self {
-            context,
+            metrics,
+            board,
             task,
             source: RestoreSource::Unknown,
             reprocessed_input_records: None,
@@ -55,8 +61,7 @@ impl<'a> Progress<'a> {
         });
         self.download_started = Instant::now();
         self.reported_download_bytes = 0;
-        self.context
-            .metrics
+        self.metrics
             .restore_download_target_bytes
             .get_or_create(&TaskLabel { task: self.task })
             .set(i64::try_from(bytes_total).unwrap_or(i64::MAX));
@@ -66,7 +71,7 @@ impl<'a> Progress<'a> {
     pub(in crate::task) fn download_progress(&mut self, bytes_done: u64) {
         let seconds = self.download_started.elapsed().as_secs_f64().max(1e-9);
         let label = TaskLabel { task: self.task };
-        let metrics = &self.context.metrics;
+        let metrics = self.metrics;
         if let Some(download) = self.download.as_mut() {
             download.bytes_done = bytes_done;
             download.bytes_per_second = bytes_done as f64 / seconds;
@@ -82,10 +87,6 @@ impl<'a> Progress<'a> {
                 .restore_download_bytes_per_second
                 .get_or_create(&label)
                 .set(download.bytes_per_second);
-            metrics
-                .restore_eta_seconds
-                .get_or_create(&label)
-                .set(download.eta_seconds.unwrap_or(0.0));
             if self.last_log.elapsed() >= Duration::from_secs(5) {
                 tracing::info!(
                     task = self.task,
@@ -108,8 +109,7 @@ impl<'a> Progress<'a> {
         self.source = source;
         self.total = total;
         self.started = Instant::now();
-        self.context
-            .metrics
+        self.metrics
             .restore_records_total
             .get_or_create(&TaskLabel { task: self.task })
             .set(i64::try_from(total).unwrap_or(i64::MAX));
@@ -134,7 +134,7 @@ impl<'a> Progress<'a> {
         let left = self.total.saturating_sub(self.records_done) as f64;
         let eta = (rate > 0.0 && phase != RestorePhase::Done).then(|| left / rate);
         let label = TaskLabel { task: self.task };
-        let metrics = &self.context.metrics;
+        let metrics = self.metrics;
         metrics
             .restore_records
             .get_or_create(&label)
@@ -149,10 +149,16 @@ impl<'a> Progress<'a> {
             .restore_records_per_second
             .get_or_create(&label)
             .set(rate);
+        // One ETA metric for the whole restore: while the checkpoint downloads it is the
+        // download's (the replay has not started, its own ETA would read 0).
+        let published = match (&self.download, phase) {
+            (Some(download), RestorePhase::Download) => download.eta_seconds,
+            _ => eta,
+        };
         metrics
             .restore_eta_seconds
             .get_or_create(&label)
-            .set(eta.unwrap_or(0.0));
+            .set(published.unwrap_or(0.0));
         let progress = RestoreProgress {
             phase,
             source: self.source,
@@ -179,8 +185,44 @@ impl<'a> Progress<'a> {
             );
             self.last_log = Instant::now();
         }
-        self.context
-            .board
+        self.board
             .update(self.task, |report| report.restore = Some(progress));
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn eta_metric(metrics: &WorkerMetrics) -> f64 {
+        metrics
+            .restore_eta_seconds
+            .get_or_create(&TaskLabel { task: 0 })
+            .get()
+    }
+
+    #[test]
+    fn the_eta_metric_is_the_downloads_during_a_download_and_the_replays_after() {
+        let metrics = WorkerMetrics::new();
+        let board = TaskBoard::default();
+        let mut progress = Progress::publishing_to(&metrics, &board, 0);
+        progress.start_download(7, 1_000);
+        progress.download_started = Instant::now() - Duration::from_secs(10);
+        // 100 of 1000 bytes in 10 s: 900 bytes left at 10 bytes/s.
+        progress.download_progress(100);
+        let eta = eta_metric(&metrics);
+        assert!((85.0..95.0).contains(&eta), "download ETA {eta}");
+
+        progress.start_replay(RestoreSource::Checkpoint, 400);
+        progress.started = Instant::now() - Duration::from_secs(10);
+        // 100 of 400 records in 10 s: 300 left at 10 records/s.
+        progress.add_done(100, 1_000);
+        progress.report(RestorePhase::Replay);
+        let eta = eta_metric(&metrics);
+        assert!((25.0..35.0).contains(&eta), "replay ETA {eta}");
+
+        progress.report(RestorePhase::Done);
+        assert_eq!(eta_metric(&metrics), 0.0);
     }
 }
