@@ -212,17 +212,19 @@ impl System {
             .status()
             .unwrap();
         assert!(sent.success(), "kill -{signal} {pid}");
+        // The new owner is the one the operator's document names after the kill, and its copy
+        // counts commits from its promotion: a former owner still reporting its old commits
+        // (a handoff just before the kill) is no new owner.
         let (owner, took) = wait_until("the task commits on a new owner", async || {
+            let owner = self.document().await?.tasks[task as usize].active.clone()?;
             let reports = self.reports().await;
-            reports.iter().find_map(|(pod, list)| {
-                let committed = list.iter().any(|r| {
-                    r.task == task
-                        && r.role == TaskRole::Active
-                        && r.phase == TaskPhase::Running
-                        && r.committed_transactions >= 1
-                });
-                (pod != &victim && committed).then(|| (pod.clone(), failed.elapsed()))
-            })
+            let committed = reports.get(&owner)?.iter().any(|r| {
+                r.task == task
+                    && r.role == TaskRole::Active
+                    && r.phase == TaskPhase::Running
+                    && r.committed_transactions >= 1
+            });
+            (owner != victim && committed).then(|| (owner.clone(), failed.elapsed()))
         })
         .await;
         (victim, owner, took)
