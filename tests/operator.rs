@@ -66,29 +66,6 @@ fn worker_token_of(secret: &Secret) -> streamkeeper_contract::WorkerToken {
     streamkeeper_contract::WorkerToken::parse(std::str::from_utf8(bytes).unwrap()).unwrap()
 }
 
-struct Setup {
-    client: Client,
-    namespace: String,
-    jobs: Api<StatefulStreamJob>,
-    input: String,
-    prefix: String,
-}
-
-async fn setup(prefix: &str, input_config: &[(&str, &str)]) -> Setup {
-    let client = client().await;
-    let namespace = namespace(&client, prefix).await;
-    let input = support::unique_name(&format!("{prefix}-in"));
-    create_topic(&input, 3, input_config).await;
-    let jobs = Api::namespaced(client.clone(), &namespace);
-    Setup {
-        client,
-        prefix: support::unique_name(prefix),
-        namespace,
-        jobs,
-        input,
-    }
-}
-
 async fn patch_spec(jobs: &Api<StatefulStreamJob>, name: &str, spec: serde_json::Value) {
     jobs.patch(
         name,

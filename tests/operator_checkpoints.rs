@@ -6,8 +6,7 @@
 
 mod operator_support;
 
-use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::PostParams;
 use operator_support::checkpoints::{manifest, now_ms, put_manifest};
 use operator_support::{support, *};
 use rdkafka::TopicPartitionList;
@@ -16,30 +15,6 @@ use rdkafka::config::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use streamkeeper::api::{StatefulStreamJob, TaskCheckpoint};
 use streamkeeper::controller::conditions;
-
-struct Setup {
-    client: Client,
-    namespace: String,
-    jobs: Api<StatefulStreamJob>,
-    input: String,
-    prefix: String,
-}
-
-/// A namespace, a 3-partition input topic with `input_config`, and an S3 prefix of their own.
-async fn setup(prefix: &str, input_config: &[(&str, &str)]) -> Setup {
-    let client = client().await;
-    let namespace = namespace(&client, prefix).await;
-    let input = support::unique_name(&format!("{prefix}-in"));
-    create_topic(&input, 3, input_config).await;
-    let jobs = Api::namespaced(client.clone(), &namespace);
-    Setup {
-        client,
-        prefix: support::unique_name(prefix),
-        namespace,
-        jobs,
-        input,
-    }
-}
 
 fn condition<'a>(
     job: &'a StatefulStreamJob,

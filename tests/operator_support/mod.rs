@@ -58,6 +58,31 @@ pub async fn namespace(client: &Client, prefix: &str) -> String {
     name
 }
 
+/// One test's own namespace, input topic and S3 prefix.
+pub struct Setup {
+    pub client: Client,
+    pub namespace: String,
+    pub jobs: Api<StatefulStreamJob>,
+    pub input: String,
+    pub prefix: String,
+}
+
+/// A namespace, a 3-partition input topic with `input_config`, and an S3 prefix of their own.
+pub async fn setup(prefix: &str, input_config: &[(&str, &str)]) -> Setup {
+    let client = client().await;
+    let namespace = namespace(&client, prefix).await;
+    let input = support::unique_name(&format!("{prefix}-in"));
+    create_topic(&input, 3, input_config).await;
+    let jobs = Api::namespaced(client.clone(), &namespace);
+    Setup {
+        client,
+        prefix: support::unique_name(prefix),
+        namespace,
+        jobs,
+        input,
+    }
+}
+
 pub async fn delete_namespace(client: &Client, name: &str) {
     let _ = Api::<Namespace>::all(client.clone())
         .delete(name, &DeleteParams::default())
