@@ -301,6 +301,7 @@ mod tests {
             restore_request: None,
             task_stop: std::sync::Arc::default(),
             promoted_at: None,
+            admin: Default::default(),
         }
     }
 

@@ -1,8 +1,11 @@
 //! Kafka client settings built from the worker config: the common connection and security
 //! settings, and the settings each client role needs for exactly-once.
 
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 use streamkeeper_contract::worker_config::KafkaConfig;
 
 /// Why a Kafka client could not be configured.
@@ -114,4 +117,76 @@ pub fn transactional_producer_config(
         .set("compression.type", "lz4")
         .set("queue.buffering.max.messages", "1000000");
     Ok(config)
+}
+
+/// One admin client per worker, created on first use and kept: creating and closing one costs
+/// about 100 ms of connection set-up, and a promotion's restore asks the broker for the
+/// changelog's `delete.retention.ms` on its hot path.
+#[derive(Clone, Default)]
+pub struct SharedAdmin {
+    client: Arc<OnceLock<AdminClient<DefaultClientContext>>>,
+}
+
+impl std::fmt::Debug for SharedAdmin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedAdmin")
+            .field("created", &self.client.get().is_some())
+            .finish()
+    }
+}
+
+impl SharedAdmin {
+    /// The worker's admin client, created with `kafka`'s settings the first time.
+    pub fn get(
+        &self,
+        kafka: &KafkaConfig,
+    ) -> Result<&AdminClient<DefaultClientContext>, SharedAdminError> {
+        if let Some(client) = self.client.get() {
+            return Ok(client);
+        }
+        let created = base_config(kafka)?.create()?;
+        // Two tasks may create one at once; the first one set is kept, the other dropped.
+        Ok(self.client.get_or_init(|| created))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SharedAdminError {
+    #[error(transparent)]
+    Setup(#[from] KafkaSetupError),
+    #[error("creating the admin client: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+}
+
+/// A client closed on a thread of its own when dropped: closing a consumer waits for its broker
+/// threads (about 100 ms), which a promotion's hot path should not.
+pub struct ClosedAside<T: Send + 'static>(Option<T>);
+
+impl<T: Send + 'static> ClosedAside<T> {
+    pub fn new(client: T) -> Self {
+        Self(Some(client))
+    }
+}
+
+impl<T: Send + 'static> std::ops::Deref for ClosedAside<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // Set in `new`, taken only in `drop`.
+        self.0
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("a ClosedAside is never empty"))
+    }
+}
+
+impl<T: Send + 'static> Drop for ClosedAside<T> {
+    fn drop(&mut self) {
+        if let Some(client) = self.0.take() {
+            let closing = std::thread::Builder::new()
+                .name("kafka-close".into())
+                .spawn(move || drop(client));
+            if let Err(error) = closing {
+                tracing::warn!(%error, "cannot close a Kafka client aside; it closes when the thread ends");
+            }
+        }
+    }
 }

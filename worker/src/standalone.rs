@@ -89,6 +89,7 @@ async fn run_async(
         checkpoints,
         task_stop: Arc::new(AtomicBool::new(false)),
         promoted_at: None,
+        admin: Default::default(),
     };
     let takes_documents = pod.is_some();
     let assignments = Arc::new(Assignments::new(

@@ -8,6 +8,7 @@ use super::dead_letter::DeadLetter;
 use super::fence;
 use super::input_position::{self, InputFacts, InputStart};
 use super::partition_of;
+use super::promotion::{PromotionClock, Step};
 use super::record_size;
 use super::{TaskError, WorkerContext};
 use crate::checkpoint::TaskCheckpoints;
@@ -46,24 +47,39 @@ pub struct ActiveLoop<'a> {
     producer: FutureProducer,
     input: BaseConsumer,
     pipeline: Pipeline,
-    /// Set when this run is a promotion: its first commit is timed from it.
-    promoted_at: std::cell::Cell<Option<Instant>>,
+    /// Set when this run is a promotion: its steps and first commit are timed from it.
+    promotion: std::cell::RefCell<Option<PromotionClock>>,
+    /// The promoted standby's changelog consumer until the restore takes it.
+    changelog: std::cell::Cell<Option<BaseConsumer>>,
+}
+
+/// A changelog consumer, for a restore and a standby's tail alike: committed records only, with
+/// end-of-partition events (a replay ends on one), and an offset the log no longer holds is an
+/// error, never a silent jump to another position (the state would skip or repeat records).
+pub(crate) fn changelog_consumer(context: &WorkerContext) -> Result<BaseConsumer, TaskError> {
+    let config = &context.config;
+    let mut client = kafka_client::consumer_config(&config.kafka, &config.job.group_id())?;
+    client
+        .set("enable.partition.eof", "true")
+        .set("auto.offset.reset", "error");
+    client
+        .create()
+        .map_err(|e| TaskError::kafka("creating the changelog consumer", e))
 }
 
 impl<'a> ActiveLoop<'a> {
     /// Creates the clients and claims the task: `init_transactions` fences any older owner
     /// and aborts its open transaction, so the changelog is final before the restore reads it.
-    pub fn connect(context: &'a WorkerContext, task: u32) -> Result<Self, TaskError> {
+    /// `changelog`: a promoted standby's connected changelog consumer, for the restore.
+    pub fn connect(
+        context: &'a WorkerContext,
+        task: u32,
+        changelog: Option<BaseConsumer>,
+    ) -> Result<Self, TaskError> {
         let config = &context.config;
         let partition = partition_of(task)?;
         let transactional_id = config.job.transactional_id(task);
-        let producer: FutureProducer =
-            kafka_client::transactional_producer_config(&config.kafka, &transactional_id)?
-                .create()
-                .map_err(|e| TaskError::kafka("creating the producer", e))?;
-        producer
-            .init_transactions(KAFKA_TIMEOUT)
-            .map_err(|e| TaskError::kafka("init_transactions", e))?;
+        let producer = super::claim::claim(&config.kafka, &transactional_id, KAFKA_TIMEOUT)?;
         let mut input_config =
             kafka_client::consumer_config(&config.kafka, &config.job.group_id())?;
         // An offset retention has deleted is an error here, not a silent jump to the earliest
@@ -82,19 +98,25 @@ impl<'a> ActiveLoop<'a> {
             producer,
             input,
             pipeline,
-            promoted_at: std::cell::Cell::new(context.promoted_at),
+            promotion: std::cell::RefCell::new(context.promoted_at.map(PromotionClock::since)),
+            changelog: std::cell::Cell::new(changelog),
         })
     }
 
-    /// A consumer for replaying the changelog: committed records only, with end-of-partition
-    /// events so the replay knows when it is done.
+    /// Ends a step of the promotion this run is, if it is one.
+    pub fn promotion_step(&self, step: Step) {
+        if let Some(clock) = self.promotion.borrow_mut().as_mut() {
+            clock.mark(step);
+        }
+    }
+
+    /// A consumer for replaying the changelog: the promoted standby's own, already connected,
+    /// or a new one.
     pub fn restore_consumer(&self) -> Result<BaseConsumer, TaskError> {
-        let config = &self.context.config;
-        let mut client = kafka_client::consumer_config(&config.kafka, &config.job.group_id())?;
-        client.set("enable.partition.eof", "true");
-        client
-            .create()
-            .map_err(|e| TaskError::kafka("creating the changelog consumer", e))
+        match self.changelog.take() {
+            Some(warm) => Ok(warm),
+            None => changelog_consumer(self.context),
+        }
     }
 
     /// Positions the input where the state's own position says, by the rule in
@@ -201,11 +223,17 @@ impl<'a> ActiveLoop<'a> {
         let mut last_lag_check: Option<Instant> = None;
         let refresh_every = offset_refresh_interval();
         let mut last_commit = Instant::now();
+        // The input had nothing more at the last poll.
+        let mut drained = false;
         loop {
             let shutting_down = self.context.shutting_down();
             if let Some(open) = &txn {
+                // A promotion's first transaction commits as soon as the backlog read so far
+                // is processed: the task's output has stalled since the old owner's last commit.
+                let first_after_promotion = drained && self.promotion.borrow().is_some();
                 let due = open.started.elapsed() >= kafka.commit_interval
-                    || open.records >= kafka.commit_max_records;
+                    || open.records >= kafka.commit_max_records
+                    || first_after_promotion;
                 if due || shutting_down {
                     let open = txn
                         .take()
@@ -230,10 +258,14 @@ impl<'a> ActiveLoop<'a> {
                 last_lag_check = Some(Instant::now());
             }
             let message = match self.input.poll(Duration::from_millis(20)) {
-                None => continue,
+                None => {
+                    drained = true;
+                    continue;
+                }
                 Some(Err(error)) => return Err(TaskError::kafka("polling input", error)),
                 Some(Ok(message)) => message,
             };
+            drained = false;
             if txn.is_none() {
                 self.producer
                     .begin_transaction()
@@ -414,12 +446,14 @@ impl<'a> ActiveLoop<'a> {
             r.next_input_offset = Some(meta.next_input_offset);
             r.next_changelog_offset = Some(meta.next_changelog_offset);
         });
-        if let Some(promoted_at) = self.promoted_at.take() {
-            let seconds = promoted_at.elapsed().as_secs_f64();
+        if let Some(mut clock) = self.promotion.take() {
+            clock.mark(Step::FirstCommit);
+            let seconds = clock.total().as_secs_f64();
             metrics.promotion_seconds.get_or_create(&label).set(seconds);
             tracing::info!(
                 task = self.task,
                 seconds,
+                steps = %clock.summary(),
                 "promotion: first commit as the new owner"
             );
         }

@@ -6,12 +6,14 @@
 //! shuts down.
 
 mod active;
+mod claim;
 mod dead_letter;
 mod error;
 mod fence;
 mod identity;
 mod incarnation;
 mod input_position;
+mod promotion;
 mod record_size;
 mod restore;
 mod slot;
@@ -27,6 +29,8 @@ use crate::checkpoint::CheckpointService;
 use crate::metrics::WorkerMetrics;
 use crate::status::{PhaseTracker, TaskBoard, TaskPhase};
 use crate::store::{BlockCache, OpenOutcome, RocksStore};
+use promotion::Step;
+use rdkafka::consumer::BaseConsumer;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -52,6 +56,8 @@ pub struct WorkerContext {
     pub task_stop: Arc<AtomicBool>,
     /// When the assignment promoted this task from standby; its first commit is then timed.
     pub promoted_at: Option<Instant>,
+    /// The worker's one admin client.
+    pub admin: crate::kafka_client::SharedAdmin,
 }
 
 impl WorkerContext {
@@ -88,16 +94,17 @@ pub(crate) enum RoleEnd {
 }
 
 /// Runs task `task` as active until it is released, fenced or fails for good. Never panics;
-/// other errors are retried.
+/// other errors are retried. `warm`: a promoted standby's connected changelog consumer.
 fn run_active(
     context: &WorkerContext,
     task: u32,
     store: &mut Option<RocksStore>,
     phase: &mut PhaseTracker,
+    mut warm: Option<BaseConsumer>,
 ) -> RoleEnd {
     let mut backoff = Duration::from_millis(200);
     while !context.shutting_down() {
-        match run_once(context, task, store, phase) {
+        match run_once(context, task, store, phase, warm.take()) {
             Ok(()) => break,
             Err(TaskError::ChangelogLost(reason)) => {
                 context.metrics.task_error(task, "changelog_lost");
@@ -164,18 +171,22 @@ fn run_once(
     task: u32,
     store_slot: &mut Option<RocksStore>,
     phase: &mut PhaseTracker,
+    warm: Option<BaseConsumer>,
 ) -> Result<(), TaskError> {
     phase.enter(TaskPhase::Restoring, None);
     let config = &context.config;
     let (store, outcome) = open_store(context, task, store_slot)?;
-    let mut loop_ = active::ActiveLoop::connect(context, task)?;
+    let mut loop_ = active::ActiveLoop::connect(context, task, warm)?;
+    loop_.promotion_step(Step::Claim);
     let checkpoints = context
         .checkpoints
         .as_ref()
         .map(|service| service.task(task));
     restore::restore_task(context, task, store, outcome, &loop_)?;
+    loop_.promotion_step(Step::CatchUp);
     identity::check(task, store, &config.processor, &loop_)?;
     loop_.resume_input(store)?;
+    loop_.promotion_step(Step::Input);
     phase.enter(TaskPhase::Running, None);
     loop_.run(store, checkpoints.as_ref())
 }

@@ -141,12 +141,11 @@ impl<'a> RetentionLookup<'a> {
 
 /// The changelog topic's `delete.retention.ms`, read from the broker.
 fn changelog_delete_retention_ms(context: &WorkerContext, topic: &str) -> Result<i64, TaskError> {
-    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
-    use rdkafka::client::DefaultClientContext;
-    let admin: AdminClient<DefaultClientContext> =
-        crate::kafka_client::base_config(&context.config.kafka)?
-            .create()
-            .map_err(|e| TaskError::kafka("creating an admin client", e))?;
+    use rdkafka::admin::{AdminOptions, ResourceSpecifier};
+    let admin = context
+        .admin
+        .get(&context.config.kafka)
+        .map_err(|e| TaskError::Changelog(format!("reading {topic}'s delete.retention.ms: {e}")))?;
     let options = AdminOptions::new().request_timeout(Some(TIMEOUT));
     // A broker whose metadata does not show the topic yet answers with an error for it, which
     // rust-rdkafka drops: the answer then lists no config at all. Ask again for a few seconds.

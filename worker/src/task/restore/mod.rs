@@ -71,7 +71,7 @@ pub(super) fn restore_task(
     outcome: OpenOutcome,
     active: &ActiveLoop<'_>,
 ) -> Result<(), TaskError> {
-    let consumer = active.restore_consumer()?;
+    let consumer = crate::kafka_client::ClosedAside::new(active.restore_consumer()?);
     let usual = restore_from_changelog(context, task, store, outcome, &consumer, Mode::Usual);
     let request = context.restore_request.as_deref();
     let ended = match &usual {
@@ -190,6 +190,11 @@ fn restore_from_changelog(
         now_ms: now_ms(),
         manifests: None,
     };
+    if context.promoted_at.is_some() && matches!(mode, Mode::Usual) {
+        // A promoted standby replays a delta of the last moments, which is rarely only
+        // markers: the tombstone rule decides it with one request, sparing the read ahead.
+        facts.delete_retention_ms = gatherer.retention.get().ok();
+    }
     let decision = loop {
         match plan::discover(&facts) {
             Step::Decided(decision) => break decision,

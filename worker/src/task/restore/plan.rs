@@ -228,6 +228,19 @@ fn local_usable(
     if local.incarnation != *incarnation || next < facts.low || next > facts.high {
         return Ok(false);
     }
+    let exact_by_age = |retention| {
+        delta_is_exact(
+            true,
+            local.newest_changelog_timestamp_ms,
+            facts.now_ms,
+            retention,
+        )
+    };
+    // Either rule is enough; a retention already known (a promotion asks for it first: its
+    // delta is rarely only markers) spares the read ahead.
+    if facts.delete_retention_ms.is_some_and(exact_by_age) {
+        return Ok(true);
+    }
     if *facts
         .quiet
         .get(&next)
@@ -236,12 +249,7 @@ fn local_usable(
         return Ok(true);
     }
     let retention = facts.delete_retention_ms.ok_or(Need::DeleteRetention)?;
-    Ok(delta_is_exact(
-        true,
-        local.newest_changelog_timestamp_ms,
-        facts.now_ms,
-        retention,
-    ))
+    Ok(exact_by_age(retention))
 }
 
 /// Rule 4; `Err` names a missing fact.

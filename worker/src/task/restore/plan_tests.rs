@@ -145,6 +145,24 @@ fn with_records_after_it_local_state_obeys_the_tombstone_rule() {
 }
 
 #[test]
+fn a_known_retention_decides_a_fresh_delta_without_reading_ahead() {
+    let mut facts = known(facts());
+    facts.local = Some(local(60, NOW - DAY / 2));
+    facts.delete_retention_ms = Some(DAY);
+    assert_eq!(decided(&facts), Decision::Local { from: 60 });
+    assert!(facts.quiet.is_empty(), "no read ahead was asked for");
+
+    // Older than the retention: only the read ahead can still save the delta.
+    facts.local = Some(local(60, NOW - 2 * DAY));
+    assert_eq!(
+        discover(&facts),
+        Step::Need(Need::OnlyControlRecordsFrom(60))
+    );
+    facts.quiet.insert(60, true);
+    assert_eq!(decided(&facts), Decision::Local { from: 60 });
+}
+
+#[test]
 fn local_state_of_another_incarnation_or_outside_the_changelog_is_not_used() {
     // Item 4: a state kept across a rebuilt changelog describes another history.
     let mut facts = known(facts());
