@@ -5,6 +5,10 @@
 //! from the kill to the new owner's first committed transaction is measured. Tasks the kill did
 //! not touch keep their owner; the killed pod comes back with copies; the read_committed output
 //! is exactly one count per event, and a `Promoted` Event names the task.
+//!
+//! A frozen owner (SIGSTOP: a silent failure, no refused connection) is found by the heartbeat's
+//! silence instead; its tasks move within [`FROZEN_BOUND`], and once it runs again it is fenced:
+//! the output stays exact and it holds a copy again.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod operator_support;
@@ -19,6 +23,9 @@ use streamkeeper_contract::task_report::TaskPhase;
 
 /// The failover bound of the standby issue: p99 ≤ 5 s (the bench measures p50 and p99).
 const FAILOVER_BOUND: Duration = Duration::from_secs(5);
+/// A frozen owner: the heartbeat's 2 s of silence, a poll, and the promotion (measured 3.2 s;
+/// 4.4-6.6 s while a document sent to the frozen pod held up the loop).
+const FROZEN_BOUND: Duration = Duration::from_secs(4);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_pods_tasks_are_promoted_on_their_standbys_within_the_bound() {
@@ -123,6 +130,67 @@ async fn a_killed_pods_tasks_are_promoted_on_their_standbys_within_the_bound() {
     assert!(
         generation >= promotion.generation && promotion.generation > 1,
         "{status:?}"
+    );
+    system.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_frozen_owner_is_found_by_its_silence_fenced_and_holds_a_copy_again() {
+    let system = System::start("op-frozen", 130, 3, 1, 2_000).await;
+    system.settled(1).await;
+    let producing = produce_in_background(&system.input, 2_000, 30);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (victim, new_owner, failover) = system.fail_owner_of(0, "STOP").await;
+    eprintln!(
+        "SIGSTOP of {victim}: task 0 committed on {new_owner} {:.3} s later",
+        failover.as_secs_f64()
+    );
+    let pid = system.pid_of(&victim).await.unwrap();
+    let resumed = std::process::Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap();
+    assert!(resumed.success());
+    assert!(
+        failover <= FROZEN_BOUND,
+        "a frozen owner's task moved after {failover:?} (bound {FROZEN_BOUND:?})"
+    );
+
+    // Resumed, the old owner finds itself fenced: nothing it still had open reaches the
+    // output (exactly one count per event), and it serves copies again.
+    producing.finish();
+    wait_until("the resumed pod holds copies", async || {
+        let reports = system.reports().await;
+        reports
+            .get(&victim)
+            .is_some_and(|list| list.iter().any(|r| r.phase == TaskPhase::Running))
+            .then_some(())
+    })
+    .await;
+    wait_until("exactly one count per event", async || {
+        exact_output(&system.output, PARTITIONS, 5_000)
+    })
+    .await;
+    let jobs: Api<StatefulStreamJob> = Api::namespaced(system.client.clone(), &system.namespace);
+    let promotion = wait_until("the status shows the promotion", async || {
+        let status = jobs.get(system.name).await.ok()?.status?;
+        let promotion = status.tasks.first()?.last_promotion.clone()?;
+        promotion
+            .first_commit_seconds
+            .is_some()
+            .then_some(promotion)
+    })
+    .await;
+    eprintln!("task 0's last promotion in the status: {promotion:?}");
+    assert_eq!(
+        (promotion.from.as_str(), promotion.to.as_str()),
+        (victim.as_str(), new_owner.as_str())
+    );
+    // Found by silence: at least the heartbeat's suspicion, and not much more.
+    let detection = promotion.detection_seconds.unwrap();
+    assert!(
+        (2.0..3.0).contains(&detection),
+        "detected after {detection} s of silence"
     );
     system.clean_up().await;
 }

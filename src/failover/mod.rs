@@ -46,6 +46,8 @@ use tokio::sync::watch;
 pub const POLL_EVERY: Duration = Duration::from_millis(250);
 /// How long one poll may take before it counts as silence.
 const POLL_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long one delivery of the document may take.
+const SEND_TIMEOUT: Duration = Duration::from_millis(2_500);
 /// How often the pod list is read from the apiserver.
 const LIST_EVERY: Duration = Duration::from_secs(1);
 /// How often an unchanged document is sent again (to a pod that restarted, say).
@@ -214,8 +216,19 @@ async fn tick(
         acceptable_recovery_lag: job.acceptable_recovery_lag,
     });
     let changed = state.document.as_ref() != Some(&next);
-    if changed {
+    // Stored first (a new leader must read back what workers may act on), then sent, and only
+    // then reported: Events and the status are not on the failover's path.
+    let replaced = if changed {
         store::write(&deps.client, &job.namespace, &job.name, &job.owner, &next).await?;
+        Some(state.document.replace(next.clone()))
+    } else {
+        None
+    };
+    if changed || state.sent_at.is_none_or(|at| at.elapsed() >= RESEND_EVERY) {
+        send(job, state, now);
+        state.sent_at = Some(Instant::now());
+    }
+    if let Some(previous) = replaced {
         let pods_now = moves::PodsNow {
             heartbeats: &state.heartbeats,
             stopping: &state.stopping,
@@ -225,17 +238,12 @@ async fn tick(
             job,
             shared,
             pods_now,
-            (state.document.as_ref(), &next),
+            (previous.as_ref(), &next),
             &copies,
             &mut state.pending_moves,
             now,
         )
         .await;
-        state.document = Some(next);
-    }
-    if changed || state.sent_at.is_none_or(|at| at.elapsed() >= RESEND_EVERY) {
-        send(job, state, now).await;
-        state.sent_at = Some(Instant::now());
     }
     let unreachable = state
         .pods
@@ -318,24 +326,33 @@ async fn poll_pods(job: &FailoverJob, state: &mut LoopState) -> Vec<(String, Vec
     reports
 }
 
-/// Sends the current document to every live pod.
-async fn send(job: &FailoverJob, state: &LoopState, now: Instant) {
+/// Sends the current document to every live pod, each call on its own task: a call that hangs
+/// (a pod frozen before its silence counts) must not hold up the next poll, or a frozen owner
+/// is found late (measured: decisions after 3.8 s of silence for a 2 s suspicion, the 2.5 s
+/// send timeout added on top). A late call is harmless: a worker never acts on a generation
+/// older than one it has seen.
+fn send(job: &FailoverJob, state: &LoopState, now: Instant) {
     let Some(document) = &state.document else {
         return;
     };
-    let token = state.token.as_ref();
-    let calls = state
+    let document = Arc::new(document.clone());
+    let targets = state
         .pods
         .iter()
         .filter(|pod| state.heartbeats.reachable(&pod.facts.name, now))
         .filter(|pod| !state.stopping.contains(&pod.facts.name))
-        .filter_map(|pod| Some((&pod.facts, pod.ip.as_deref()?)))
-        .map(|(pod, ip)| async move {
-            let sent = worker_client::put_assignment(ip, job.port, token, document, POLL_TIMEOUT * 5)
+        .filter_map(|pod| Some((pod.facts.name.clone(), pod.ip.clone()?)));
+    for (pod, ip) in targets {
+        let document = Arc::clone(&document);
+        let token = state.token.clone();
+        let port = job.port;
+        tokio::spawn(async move {
+            let sent =
+                worker_client::put_assignment(&ip, port, token.as_ref(), &document, SEND_TIMEOUT)
                     .await;
             if let Err(error) = sent {
-                tracing::warn!(pod = %pod.name, generation = document.generation, %error, "the assignment did not reach this pod; sending again");
+                tracing::warn!(%pod, generation = document.generation, %error, "the assignment did not reach this pod; sending again");
             }
         });
-    futures::future::join_all(calls).await;
+    }
 }
