@@ -45,6 +45,17 @@ pub struct Options {
     /// Namespaces whose pending claims get a local volume (all when omitted).
     #[arg(long = "provision-namespace")]
     pub provision_namespaces: Vec<String>,
+    /// `KEY=VALUE` label on the node besides the hostname and OS ones, e.g. a zone
+    /// (`topology.kubernetes.io/zone=zone-a`). Repeat for each label.
+    #[arg(long = "label", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+}
+
+fn parse_label(raw: &str) -> Result<(String, String), String> {
+    match raw.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {raw:?}")),
+    }
 }
 
 fn parse_image_mapping(raw: &str) -> Result<(String, PathBuf), String> {
@@ -117,7 +128,13 @@ async fn run(options: Options) -> Result<(), AgentError> {
         .await
         .map_err(AgentError::kube("connecting to the apiserver"))?;
     std::fs::create_dir_all(&options.root).map_err(AgentError::io("creating", &options.root))?;
-    node::register(&client, &options.node_name, options.taint.as_deref()).await?;
+    node::register(
+        &client,
+        &options.node_name,
+        options.taint.as_deref(),
+        &options.labels,
+    )
+    .await?;
     tracing::info!(node = %options.node_name, root = %options.root.display(), "node registered");
 
     let heartbeat = tokio::spawn(node::heartbeat(client.clone(), options.node_name.clone()));

@@ -48,6 +48,7 @@ pub async fn register(
     client: &kube::Client,
     name: &str,
     taint: Option<&str>,
+    extra_labels: &[(String, String)],
 ) -> Result<(), AgentError> {
     let nodes: Api<Node> = Api::all(client.clone());
     let taints: Vec<serde_json::Value> = taint
@@ -58,12 +59,16 @@ pub async fn register(
             json!({ "key": key, "value": value, "effect": effect })
         })
         .collect();
+    let mut labels = json!({
+        "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+        "streamkeeper.dev/local-node": "true",
+    });
+    for (key, value) in extra_labels {
+        labels[key] = json!(value);
+    }
     let node = json!({
         "apiVersion": "v1", "kind": "Node",
-        "metadata": { "name": name, "labels": {
-            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-            "streamkeeper.dev/local-node": "true",
-        }},
+        "metadata": { "name": name, "labels": labels },
         "spec": {},
     });
     let params = PatchParams::apply(MANAGER).force();

@@ -19,6 +19,7 @@ pub mod health;
 pub mod moves;
 pub mod registry;
 pub mod store;
+pub mod zones;
 
 use crate::controller::apply::ApiError;
 use crate::controller::worker_token;
@@ -104,6 +105,7 @@ struct LoopState {
     started: Instant,
     /// The job's worker token, which a document needs to be taken (read once it exists).
     token: Option<WorkerToken>,
+    zones: zones::NodeZones,
 }
 
 async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>, shared: Shared) {
@@ -119,6 +121,7 @@ async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>, shared: 
         sent_at: None,
         started: Instant::now(),
         token: None,
+        zones: zones::NodeZones::default(),
     };
     let mut ticks = tokio::time::interval(POLL_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -166,6 +169,11 @@ async fn tick(
     }
     if state.listed_at.is_none_or(|at| at.elapsed() >= LIST_EVERY) {
         state.pods = list_pods(&deps.client, job).await?;
+        let nodes = state.pods.iter().filter_map(|p| p.facts.node.as_deref());
+        state.zones.learn(&deps.client, nodes).await;
+        for pod in &mut state.pods {
+            pod.facts.zone = pod.facts.node.as_deref().and_then(|n| state.zones.zone(n));
+        }
         state.listed_at = Some(Instant::now());
         let listed: Vec<(String, String)> = state
             .pods
@@ -285,6 +293,7 @@ async fn list_pods(client: &Client, job: &FailoverJob) -> Result<Vec<ListedPod>,
             facts: PodFacts {
                 name: pod.name_any(),
                 node: pod.spec.as_ref().and_then(|spec| spec.node_name.clone()),
+                // Filled in from the pod's Node (`zones`).
                 zone: None,
             },
         })

@@ -26,9 +26,10 @@ pub struct System {
     pub name: &'static str,
     pub input: String,
     pub output: String,
-    pub node: String,
+    /// The nodes the job runs on, each with its node agent.
+    pub nodes: Vec<String>,
     pub dir: tempfile::TempDir,
-    _node_agent: Process,
+    node_agents: Vec<Process>,
     _operator: Process,
 }
 
@@ -43,36 +44,72 @@ impl System {
         standbys: i32,
         events: u32,
     ) -> Self {
+        Self::start_on(prefix, first_address, &[None], replicas, standbys, events).await
+    }
+
+    /// As [`System::start`], on one node per entry of `zones`, each with its own node agent and
+    /// that zone label (`None`: no zone); node `i` hands out addresses from
+    /// `first_address + 10 i`.
+    pub async fn start_on(
+        prefix: &str,
+        first_address: u8,
+        zones: &[Option<&str>],
+        replicas: i32,
+        standbys: i32,
+        events: u32,
+    ) -> Self {
         let client = client().await;
         let namespace = namespace(&client, prefix).await;
         let input = support::unique_name(&format!("{prefix}-in"));
         create_topic(&input, PARTITIONS, &[]).await;
         let output = format!("{input}-out");
         create_topic(&output, PARTITIONS, &[]).await;
-        let node = support::unique_name(&format!("sk-{prefix}-node"));
+        let group = support::unique_name(&format!("sk-{prefix}"));
         let mut dir = tempfile::tempdir().unwrap();
-        // SK_KEEP_LOGS keeps the node agent's and operator's logs (and the pods' volumes).
+        // SK_KEEP_LOGS keeps the node agents' and operator's logs (and the pods' volumes).
         if std::env::var_os("SK_KEEP_LOGS").is_some() {
             dir.disable_cleanup(true);
             eprintln!("logs kept in {}", dir.path().display());
         }
         let taint_key = "streamkeeper.dev/test-node";
-        let node_agent = Process::spawn(
-            "node agent",
-            Command::new(sibling_binary("streamkeeper-local-node"))
+        let group_label = "streamkeeper.dev/test-group";
+        let mut nodes = Vec::new();
+        let mut node_agents = Vec::new();
+        for (i, zone) in zones.iter().enumerate() {
+            let node = if zones.len() == 1 {
+                format!("{group}-node")
+            } else {
+                format!("{group}-node{i}")
+            };
+            let (root, log) = if i == 0 {
+                (dir.path().join("node"), dir.path().join("node.log"))
+            } else {
+                (
+                    dir.path().join(format!("node{i}")),
+                    dir.path().join(format!("node{i}.log")),
+                )
+            };
+            let address = first_address + 10 * u8::try_from(i).unwrap();
+            let mut command = Command::new(sibling_binary("streamkeeper-local-node"));
+            command
                 .args(["--node-name", &node, "--root"])
-                .arg(dir.path().join("node"))
+                .arg(root)
                 .arg("--image")
                 .arg(format!(
                     "streamkeeper/worker={}",
                     sibling_binary("streamkeeper-worker").display()
                 ))
-                .args(["--taint", &format!("{taint_key}={node}:NoSchedule")])
+                .args(["--taint", &format!("{taint_key}={group}:NoSchedule")])
+                .args(["--label", &format!("{group_label}={group}")])
                 .args(["--provision-namespace", &namespace])
-                .args(["--first-pod-address", &first_address.to_string()])
-                .env("RUST_LOG", "info"),
-            dir.path().join("node.log"),
-        );
+                .args(["--first-pod-address", &address.to_string()])
+                .env("RUST_LOG", "info");
+            if let Some(zone) = zone {
+                command.args(["--label", &format!("topology.kubernetes.io/zone={zone}")]);
+            }
+            node_agents.push(Process::spawn("node agent", &mut command, log));
+            nodes.push(node);
+        }
         let operator = Process::spawn(
             "operator",
             Command::new(env!("CARGO_BIN_EXE_streamkeeper-operator"))
@@ -87,8 +124,8 @@ impl System {
         value["spec"]["standbyReplicas"] = serde_json::json!(standbys);
         value["spec"]["checkpoint"]["interval"] = serde_json::json!("10s");
         value["spec"]["pod"] = serde_json::json!({
-            "nodeSelector": { "kubernetes.io/hostname": node },
-            "tolerations": [{ "key": taint_key, "operator": "Equal", "value": node, "effect": "NoSchedule" }],
+            "nodeSelector": { group_label: group },
+            "tolerations": [{ "key": taint_key, "operator": "Equal", "value": group, "effect": "NoSchedule" }],
         });
         let spec: StatefulStreamJob = serde_json::from_value(value).unwrap();
         produce_cards(&input, CARDS, 0..events);
@@ -100,11 +137,16 @@ impl System {
             name: NAME,
             input,
             output,
-            node,
+            nodes,
             dir,
-            _node_agent: node_agent,
+            node_agents,
             _operator: operator,
         }
+    }
+
+    /// The node agent of node `i`, to freeze a whole node.
+    pub fn node_agent(&self, i: usize) -> &Process {
+        &self.node_agents[i]
     }
 
     pub async fn pods(&self) -> Vec<Pod> {
@@ -212,10 +254,22 @@ impl System {
             .status()
             .unwrap();
         assert!(sent.success(), "kill -{signal} {pid}");
-        // The new owner is the one the operator's document names after the kill, and its copy
-        // counts commits from its promotion: a former owner still reporting its old commits
-        // (a handoff just before the kill) is no new owner.
-        let (owner, took) = wait_until("the task commits on a new owner", async || {
+        let (owner, took) = self.new_owner_of(task, &victim, failed).await;
+        (victim, owner, took)
+    }
+
+    /// Waits until `task` commits on another pod than `victim`; that pod and the time since
+    /// `failed`.
+    pub async fn new_owner_of(
+        &self,
+        task: u32,
+        victim: &str,
+        failed: Instant,
+    ) -> (String, Duration) {
+        // The new owner is the one the operator's document names after the failure, and its
+        // copy counts commits from its promotion: a former owner still reporting its old
+        // commits (a handoff just before the failure) is no new owner.
+        wait_until("the task commits on a new owner", async || {
             let owner = self.document().await?.tasks[task as usize].active.clone()?;
             let reports = self.reports().await;
             let committed = reports.get(&owner)?.iter().any(|r| {
@@ -226,8 +280,7 @@ impl System {
             });
             (owner != victim && committed).then(|| (owner.clone(), failed.elapsed()))
         })
-        .await;
-        (victim, owner, took)
+        .await
     }
 
     /// Deletes the job, the namespace and the node.
@@ -235,9 +288,11 @@ impl System {
         let jobs: Api<StatefulStreamJob> = Api::namespaced(self.client.clone(), &self.namespace);
         let _ = jobs.delete(self.name, &DeleteParams::default()).await;
         delete_namespace(&self.client, &self.namespace).await;
-        let _ = Api::<Node>::all(self.client.clone())
-            .delete(&self.node, &DeleteParams::default())
-            .await;
+        for node in &self.nodes {
+            let _ = Api::<Node>::all(self.client.clone())
+                .delete(node, &DeleteParams::default())
+                .await;
+        }
     }
 }
 
