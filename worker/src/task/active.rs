@@ -49,18 +49,21 @@ pub struct ActiveLoop<'a> {
     pipeline: Pipeline,
     /// Set when this run is a promotion: its steps and first commit are timed from it.
     promotion: std::cell::RefCell<Option<PromotionClock>>,
-    /// The promoted standby's changelog consumer until the restore takes it.
-    changelog: std::cell::Cell<Option<BaseConsumer>>,
 }
 
-/// A changelog consumer, for a restore and a standby's tail alike: committed records only, with
-/// end-of-partition events (a replay ends on one), and an offset the log no longer holds is an
-/// error, never a silent jump to another position (the state would skip or repeat records).
-pub(crate) fn changelog_consumer(context: &WorkerContext) -> Result<BaseConsumer, TaskError> {
+/// A changelog consumer, for a restore and a standby's tail alike: committed records only, and
+/// an offset the log no longer holds is an error, never a silent jump to another position (the
+/// state would skip or repeat records). `eof`: with end-of-partition events, which a replay
+/// ends on; a tail, which reaches the end many times a second, goes without (librdkafka logs
+/// each one as an error).
+pub(crate) fn changelog_consumer(
+    context: &WorkerContext,
+    eof: bool,
+) -> Result<BaseConsumer, TaskError> {
     let config = &context.config;
     let mut client = kafka_client::consumer_config(&config.kafka, &config.job.group_id())?;
     client
-        .set("enable.partition.eof", "true")
+        .set("enable.partition.eof", if eof { "true" } else { "false" })
         .set("auto.offset.reset", "error");
     client
         .create()
@@ -70,12 +73,7 @@ pub(crate) fn changelog_consumer(context: &WorkerContext) -> Result<BaseConsumer
 impl<'a> ActiveLoop<'a> {
     /// Creates the clients and claims the task: `init_transactions` fences any older owner
     /// and aborts its open transaction, so the changelog is final before the restore reads it.
-    /// `changelog`: a promoted standby's connected changelog consumer, for the restore.
-    pub fn connect(
-        context: &'a WorkerContext,
-        task: u32,
-        changelog: Option<BaseConsumer>,
-    ) -> Result<Self, TaskError> {
+    pub fn connect(context: &'a WorkerContext, task: u32) -> Result<Self, TaskError> {
         let config = &context.config;
         let partition = partition_of(task)?;
         let transactional_id = config.job.transactional_id(task);
@@ -99,7 +97,6 @@ impl<'a> ActiveLoop<'a> {
             input,
             pipeline,
             promotion: std::cell::RefCell::new(context.promoted_at.map(PromotionClock::since)),
-            changelog: std::cell::Cell::new(changelog),
         })
     }
 
@@ -110,13 +107,10 @@ impl<'a> ActiveLoop<'a> {
         }
     }
 
-    /// A consumer for replaying the changelog: the promoted standby's own, already connected,
-    /// or a new one.
+    /// A consumer for replaying the changelog, with end-of-partition events: a replay ends on
+    /// one.
     pub fn restore_consumer(&self) -> Result<BaseConsumer, TaskError> {
-        match self.changelog.take() {
-            Some(warm) => Ok(warm),
-            None => changelog_consumer(self.context),
-        }
+        changelog_consumer(self.context, true)
     }
 
     /// Positions the input where the state's own position says, by the rule in

@@ -30,7 +30,6 @@ use crate::metrics::WorkerMetrics;
 use crate::status::{PhaseTracker, TaskBoard, TaskPhase};
 use crate::store::{BlockCache, OpenOutcome, RocksStore};
 use promotion::Step;
-use rdkafka::consumer::BaseConsumer;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -94,17 +93,16 @@ pub(crate) enum RoleEnd {
 }
 
 /// Runs task `task` as active until it is released, fenced or fails for good. Never panics;
-/// other errors are retried. `warm`: a promoted standby's connected changelog consumer.
+/// other errors are retried.
 fn run_active(
     context: &WorkerContext,
     task: u32,
     store: &mut Option<RocksStore>,
     phase: &mut PhaseTracker,
-    mut warm: Option<BaseConsumer>,
 ) -> RoleEnd {
     let mut backoff = Duration::from_millis(200);
     while !context.shutting_down() {
-        match run_once(context, task, store, phase, warm.take()) {
+        match run_once(context, task, store, phase) {
             Ok(()) => break,
             Err(TaskError::ChangelogLost(reason)) => {
                 context.metrics.task_error(task, "changelog_lost");
@@ -171,12 +169,11 @@ fn run_once(
     task: u32,
     store_slot: &mut Option<RocksStore>,
     phase: &mut PhaseTracker,
-    warm: Option<BaseConsumer>,
 ) -> Result<(), TaskError> {
     phase.enter(TaskPhase::Restoring, None);
     let config = &context.config;
     let (store, outcome) = open_store(context, task, store_slot)?;
-    let mut loop_ = active::ActiveLoop::connect(context, task, warm)?;
+    let mut loop_ = active::ActiveLoop::connect(context, task)?;
     loop_.promotion_step(Step::Claim);
     let checkpoints = context
         .checkpoints

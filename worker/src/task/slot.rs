@@ -15,7 +15,6 @@
 use super::{RoleEnd, WorkerContext, run_active, standby};
 use crate::status::{PhaseTracker, TaskPhase, TaskReport, TaskRole};
 use crate::store::{OpenOutcome, RocksStore};
-use rdkafka::consumer::BaseConsumer;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -137,8 +136,6 @@ fn run_slot(mut context: WorkerContext, task: u32, cell: &RoleCell) {
     let span = tracing::info_span!("task", task, job = %context.config.job.name);
     let _entered = span.enter();
     let mut store: Option<RocksStore> = None;
-    // The standby's changelog consumer, kept connected for the restore of a promotion.
-    let mut warm: Option<BaseConsumer> = None;
     let mut phase = PhaseTracker::new(task, context.board.clone(), context.metrics.clone());
     let mut ran: Option<Role> = None;
     while !context.shutdown.load(Ordering::SeqCst) {
@@ -167,8 +164,8 @@ fn run_slot(mut context: WorkerContext, task: u32, cell: &RoleCell) {
             );
         }
         let ended = match role {
-            Role::Active => run_active(&context, task, &mut store, &mut phase, warm.take()),
-            _ => run_standby(&context, task, &mut store, &mut phase, &mut warm),
+            Role::Active => run_active(&context, task, &mut store, &mut phase),
+            _ => run_standby(&context, task, &mut store, &mut phase),
         };
         let shutting_down = context.shutdown.load(Ordering::SeqCst);
         if role == Role::Active
@@ -200,12 +197,11 @@ fn run_standby(
     task: u32,
     store_slot: &mut Option<RocksStore>,
     phase: &mut PhaseTracker,
-    warm: &mut Option<BaseConsumer>,
 ) -> RoleEnd {
     let mut backoff = Duration::from_millis(200);
     while !context.shutting_down() {
         let result = super::open_store(context, task, store_slot)
-            .and_then(|(store, outcome)| standby::run(context, task, store, outcome, phase, warm));
+            .and_then(|(store, outcome)| standby::run(context, task, store, outcome, phase));
         match result {
             Ok(()) => return RoleEnd::Released,
             Err(error) => {

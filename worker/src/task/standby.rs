@@ -19,7 +19,6 @@ use crate::metrics::TaskLabel;
 use crate::status::{PhaseTracker, TaskPhase};
 use crate::store::{ChangeSet, OpenOutcome, RocksStore, StateStore, TaskMetadata};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 use std::time::{Duration, Instant};
 
@@ -30,54 +29,35 @@ const APPLY_EVERY: Duration = Duration::from_millis(100);
 const LAG_EVERY: Duration = Duration::from_millis(500);
 
 /// Keeps `store` a warm copy of the task's state until the task's role changes or the worker
-/// shuts down; the state it leaves is valid (every applied batch durable). `warm` holds the
-/// standby's changelog consumer: made here when missing, and left connected for a promotion's
-/// restore (an error drops it, so a retry starts with a fresh one).
+/// shuts down; the state it leaves is valid (every applied batch durable).
 pub(super) fn run(
     context: &WorkerContext,
     task: u32,
     store: &mut RocksStore,
     outcome: OpenOutcome,
     phase: &mut PhaseTracker,
-    warm: &mut Option<BaseConsumer>,
 ) -> Result<(), TaskError> {
-    let consumer = match warm.take() {
-        Some(consumer) => consumer,
-        None => changelog_consumer(context)?,
-    };
-    let tailed = warm_up_and_tail(context, task, store, outcome, phase, &consumer);
-    context
-        .metrics
-        .standby_lag_records
-        .remove(&TaskLabel { task });
+    phase.enter(TaskPhase::Restoring, Some("standby warming up".into()));
+    let warm_up = ClosedAside::new(changelog_consumer(context, true)?);
+    restore::warm_up(context, task, store, outcome, &warm_up)?;
+    drop(warm_up);
+    phase.enter(
+        TaskPhase::Running,
+        Some("standby: tailing the changelog".into()),
+    );
+    // No end-of-partition events while tailing: the end is reached many times a second.
+    let consumer = ClosedAside::new(changelog_consumer(context, false)?);
+    let tailed = tail(context, task, store, &consumer);
     // Whatever ended the tail, what was applied is made durable, so a promotion (or a restart
     // on this volume) replays only what follows it.
     if store.metadata().is_some_and(|m| m.restoring) {
         store.finish_restore()?;
     }
-    if tailed.is_ok() {
-        *warm = Some(consumer);
-    } else {
-        drop(ClosedAside::new(consumer));
-    }
+    context
+        .metrics
+        .standby_lag_records
+        .remove(&TaskLabel { task });
     tailed
-}
-
-fn warm_up_and_tail(
-    context: &WorkerContext,
-    task: u32,
-    store: &mut RocksStore,
-    outcome: OpenOutcome,
-    phase: &mut PhaseTracker,
-    consumer: &BaseConsumer,
-) -> Result<(), TaskError> {
-    phase.enter(TaskPhase::Restoring, Some("standby warming up".into()));
-    restore::warm_up(context, task, store, outcome, consumer)?;
-    phase.enter(
-        TaskPhase::Running,
-        Some("standby: tailing the changelog".into()),
-    );
-    tail(context, task, store, consumer)
 }
 
 /// Applies the changelog from the state's position on, until the task stops.
@@ -104,8 +84,7 @@ fn tail(
     let mut lag_at: Option<Instant> = None;
     while !context.shutting_down() {
         let idle = match consumer.poll(Duration::from_millis(50)) {
-            // At the end: reached many times a second while caught up.
-            None | Some(Err(KafkaError::PartitionEOF(_))) => true,
+            None => true,
             Some(Err(error)) => return Err(TaskError::kafka("tailing the changelog", error)),
             Some(Ok(message)) => {
                 restore::take_record(&message, &mut batch, &mut meta);
