@@ -9,6 +9,10 @@
 //! A frozen owner (SIGSTOP: a silent failure, no refused connection) is found by the heartbeat's
 //! silence instead; its tasks move within [`FROZEN_BOUND`], and once it runs again it is fenced:
 //! the output stays exact and it holds a copy again.
+//!
+//! A stored assignment that is lost (deleted, or unreadable as here) while the operator is down
+//! does not wedge the job: the next leader starts above the generation the workers recorded,
+//! which they take.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod operator_support;
@@ -192,5 +196,57 @@ async fn a_frozen_owner_is_found_by_its_silence_fenced_and_holds_a_copy_again() 
         (2.0..3.0).contains(&detection),
         "detected after {detection} s of silence"
     );
+    system.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_stored_assignment_is_replaced_above_the_generation_the_workers_recorded() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Patch, PatchParams};
+    let mut system = System::start("op-lost-doc", 230, 3, 1, 2_000).await;
+    system.settled(1).await;
+    // A failover first, so the workers have recorded a generation above the first one: a
+    // new leader starting over at 1 would be refused by every worker.
+    let producing = produce_in_background(&system.input, 2_000, 10);
+    system.fail_owner_of(1, "KILL").await;
+    producing.finish();
+    let before = system.settled(1).await;
+    assert!(before.generation > 1, "{before:?}");
+    wait_until("the workers recorded the stored generation", async || {
+        let recorded = system.recorded_generations().await;
+        (recorded.len() == 3 && recorded.values().all(|g| *g == Some(before.generation)))
+            .then_some(())
+    })
+    .await;
+
+    let maps: Api<ConfigMap> = Api::namespaced(system.client.clone(), &system.namespace);
+    let name = format!("{}-assignment", system.name);
+    let garbage = serde_json::json!({ "data": { "assignment.json": "{ not a document" } });
+    maps.patch(&name, &PatchParams::default(), &Patch::Merge(&garbage))
+        .await
+        .unwrap();
+    system.restart_operator();
+
+    let after = wait_until("a new document the workers act on", async || {
+        let document = system.document().await?;
+        let recorded = system.recorded_generations().await;
+        (recorded.len() == 3 && recorded.values().all(|g| *g == Some(document.generation)))
+            .then_some(document)
+    })
+    .await;
+    eprintln!(
+        "stored generation {} lost; the new leader wrote {}",
+        before.generation, after.generation
+    );
+    assert!(after.generation > before.generation, "{after:?}");
+    // And it works: a killed owner's task still moves (input flows, so the new owner commits).
+    let producing = produce_in_background(&system.input, 3_000, 30);
+    let (victim, owner, took) = system.fail_owner_of(0, "KILL").await;
+    producing.finish();
+    eprintln!(
+        "then kill -9 of {victim}: task 0 committed on {owner} {:.3} s later",
+        took.as_secs_f64()
+    );
+    assert!(took <= FAILOVER_BOUND, "{took:?}");
     system.clean_up().await;
 }

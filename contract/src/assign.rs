@@ -53,20 +53,28 @@ pub struct AssignmentFacts<'a> {
     pub standby_replicas: u32,
     /// A copy at most this far behind may take over a task that is not failing.
     pub acceptable_recovery_lag: i64,
+    /// The newest generation any worker has recorded. A job without a document in force (its
+    /// stored one was deleted or does not parse) starts above it: a worker never acts on an
+    /// older generation than one it has recorded.
+    pub newest_recorded_generation: u64,
 }
 
 /// The next assignment. Its generation is the current one when nothing changed, and one more
-/// when anything did.
+/// when anything did; and always above any generation a worker recorded, which only a lost
+/// stored document leaves behind.
 pub fn next_assignment(facts: AssignmentFacts<'_>) -> AssignmentDocument {
     let mut plan = Plan::new(&facts);
     plan.place_actives(&facts);
     plan.balance_actives(&facts);
     plan.place_standbys(&facts);
     let tasks = plan.into_tasks(&facts);
+    let recorded = facts.newest_recorded_generation;
     let generation = match facts.current {
-        Some(current) if current.tasks == tasks => current.generation,
-        Some(current) => current.generation.saturating_add(1),
-        None => 1,
+        Some(current) if current.tasks == tasks && current.generation >= recorded => {
+            current.generation
+        }
+        Some(current) => current.generation.max(recorded).saturating_add(1),
+        None => recorded.saturating_add(1),
     };
     AssignmentDocument {
         version: AssignmentDocument::VERSION,

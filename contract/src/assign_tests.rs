@@ -49,6 +49,7 @@ fn decide(
         current,
         standby_replicas: standbys,
         acceptable_recovery_lag: 100,
+        newest_recorded_generation: 0,
     })
 }
 
@@ -308,4 +309,35 @@ proptest! {
             prop_assert!(next.generation > doc.generation);
         }
     }
+}
+
+#[test]
+fn without_a_document_in_force_the_generation_starts_above_any_a_worker_recorded() {
+    let pods = pods(2, 2, 1);
+    let fresh = decide(2, &pods, &BTreeMap::new(), None, 1);
+    assert_eq!(fresh.generation, 1, "a new job starts at 1");
+    let after_loss = next_assignment(AssignmentFacts {
+        tasks: 2,
+        pods: &pods,
+        copies: &BTreeMap::new(),
+        current: None,
+        standby_replicas: 1,
+        acceptable_recovery_lag: 100,
+        newest_recorded_generation: 17,
+    });
+    assert_eq!(after_loss.generation, 18);
+    assert_eq!(after_loss.tasks, fresh.tasks, "the same decision otherwise");
+
+    // A worker that answers late with a newer generation lifts an unchanged document above it.
+    let lifted = next_assignment(AssignmentFacts {
+        tasks: 2,
+        pods: &pods,
+        copies: &BTreeMap::new(),
+        current: Some(&fresh),
+        standby_replicas: 1,
+        acceptable_recovery_lag: 100,
+        newest_recorded_generation: 17,
+    });
+    assert_eq!(lifted.generation, 18);
+    assert_eq!(lifted.tasks, fresh.tasks);
 }

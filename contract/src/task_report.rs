@@ -20,6 +20,11 @@ pub struct TaskReportsDocument {
     /// running worker's document reads the same as before the field existed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopping: bool,
+    /// The newest assignment generation the worker has recorded (on its volume), if any. The
+    /// operator starts a new document above it when the stored one is gone, since a worker
+    /// never acts on an older generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
 }
 
 impl TaskReportsDocument {
@@ -28,7 +33,13 @@ impl TaskReportsDocument {
             version: Self::VERSION,
             tasks,
             stopping: false,
+            generation: None,
         }
+    }
+
+    /// The same reports from a worker that has recorded `generation`.
+    pub fn acting_on(self, generation: Option<u64>) -> Self {
+        Self { generation, ..self }
     }
 
     /// The same reports from a worker that is shutting down.
@@ -290,6 +301,26 @@ mod tests {
         // A document written before the field existed reads as a running worker's.
         let older = br#"{"version":1,"tasks":[]}"#;
         assert!(!TaskReportsDocument::from_json(older).unwrap().stopping);
+    }
+
+    #[test]
+    fn the_recorded_generation_round_trips_and_is_absent_when_none() {
+        let none = TaskReportsDocument::new(vec![]);
+        assert!(
+            !String::from_utf8(none.to_json())
+                .unwrap()
+                .contains("generation")
+        );
+        let seen = none.acting_on(Some(17));
+        let bytes = seen.to_json();
+        let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(value["generation"], 17);
+        assert_eq!(TaskReportsDocument::from_json(&bytes).unwrap(), seen);
+        let older = br#"{"version":1,"tasks":[]}"#;
+        assert_eq!(
+            TaskReportsDocument::from_json(older).unwrap().generation,
+            None
+        );
     }
 
     #[test]

@@ -96,6 +96,8 @@ struct LoopState {
     pods: Vec<ListedPod>,
     /// Pods whose worker said at the last poll that it is shutting down.
     stopping: BTreeSet<String>,
+    /// The newest generation a worker said it has recorded, since this loop began.
+    newest_recorded_generation: u64,
     /// Each listed pod's uid, by name, as of the last listing.
     uids: BTreeMap<String, String>,
     /// Moves whose new owner has not committed yet, by task.
@@ -115,6 +117,7 @@ async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>, shared: 
         heartbeats: Heartbeats::default(),
         pods: Vec::new(),
         stopping: BTreeSet::new(),
+        newest_recorded_generation: 0,
         uids: BTreeMap::new(),
         pending_moves: BTreeMap::new(),
         listed_at: None,
@@ -222,6 +225,7 @@ async fn tick(
         current: state.document.as_ref(),
         standby_replicas: job.standby_replicas,
         acceptable_recovery_lag: job.acceptable_recovery_lag,
+        newest_recorded_generation: state.newest_recorded_generation,
     });
     let changed = state.document.as_ref() != Some(&next);
     // Stored first (a new leader must read back what workers may act on), then sent, and only
@@ -329,6 +333,9 @@ async fn poll_pods(job: &FailoverJob, state: &mut LoopState) -> Vec<(String, Vec
             if document.stopping {
                 state.stopping.insert(pod.clone());
             }
+            state.newest_recorded_generation = state
+                .newest_recorded_generation
+                .max(document.generation.unwrap_or(0));
             reports.push((pod, document.tasks));
         }
     }

@@ -19,6 +19,17 @@ pub const CARDS: u32 = 60;
 pub const WAIT: Duration = Duration::from_secs(180);
 const NAME: &str = "cards";
 
+fn start_operator(namespace: &str, log: std::path::PathBuf) -> Process {
+    Process::spawn(
+        "operator",
+        Command::new(env!("CARGO_BIN_EXE_streamkeeper-operator"))
+            .args(["run", "--namespace", namespace])
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .env("RUST_LOG", "info"),
+        log,
+    )
+}
+
 /// The job and everything it runs on; dropped, it stops the processes.
 pub struct System {
     pub client: kube::Client,
@@ -30,7 +41,8 @@ pub struct System {
     pub nodes: Vec<String>,
     pub dir: tempfile::TempDir,
     node_agents: Vec<Process>,
-    _operator: Process,
+    operator: Option<Process>,
+    operators_started: u32,
 }
 
 impl System {
@@ -110,14 +122,7 @@ impl System {
             node_agents.push(Process::spawn("node agent", &mut command, log));
             nodes.push(node);
         }
-        let operator = Process::spawn(
-            "operator",
-            Command::new(env!("CARGO_BIN_EXE_streamkeeper-operator"))
-                .args(["run", "--namespace", &namespace])
-                .args(["--metrics-addr", "127.0.0.1:0"])
-                .env("RUST_LOG", "info"),
-            dir.path().join("operator.log"),
-        );
+        let operator = start_operator(&namespace, dir.path().join("operator.log"));
         let prefix_s3 = support::unique_name(prefix);
         let mut value = serde_json::to_value(job(NAME, &input, &prefix_s3)).unwrap();
         value["spec"]["replicas"] = serde_json::json!(replicas);
@@ -140,8 +145,44 @@ impl System {
             nodes,
             dir,
             node_agents,
-            _operator: operator,
+            operator: Some(operator),
+            operators_started: 1,
         }
+    }
+
+    /// Stops the operator (SIGTERM) and starts a new one, which leads once the old one's
+    /// lease is released.
+    pub fn restart_operator(&mut self) {
+        drop(self.operator.take());
+        self.operators_started += 1;
+        let log = self
+            .dir
+            .path()
+            .join(format!("operator{}.log", self.operators_started));
+        self.operator = Some(start_operator(&self.namespace, log));
+    }
+
+    /// The generation each pod's worker says it has recorded.
+    pub async fn recorded_generations(&self) -> BTreeMap<String, Option<u64>> {
+        let pods = self.pods().await;
+        let calls = pods.iter().filter_map(|pod| {
+            let ip = pod.status.as_ref()?.pod_ip.clone()?;
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            Some(async move {
+                let answer = streamkeeper::worker_client::task_reports(
+                    &ip,
+                    8080,
+                    Duration::from_millis(300),
+                )
+                .await;
+                answer.ok().map(|document| (name, document.generation))
+            })
+        });
+        futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     /// The node agent of node `i`, to freeze a whole node.

@@ -129,6 +129,11 @@ impl Assignments {
         }
     }
 
+    /// The generation of the document this pod acts on (recorded on its volume), if any.
+    pub fn generation(&self) -> Option<u64> {
+        self.lock().document.as_ref().map(|d| d.generation)
+    }
+
     /// The worker is shutting down: its tasks are ending, and it starts no new ones.
     pub fn stopping(&self) -> bool {
         self.context.shutdown.load(Ordering::SeqCst)

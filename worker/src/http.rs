@@ -211,7 +211,8 @@ async fn metrics_text(State(state): State<HttpState>) -> impl IntoResponse {
 }
 
 async fn tasks(State(state): State<HttpState>) -> impl IntoResponse {
-    let reports = TaskReportsDocument::new(state.board.snapshot());
+    let generation = state.assignments.as_ref().and_then(|a| a.generation());
+    let reports = TaskReportsDocument::new(state.board.snapshot()).acting_on(generation);
     let stopping = state.assignments.as_ref().is_some_and(|a| a.stopping());
     axum::Json(if stopping {
         reports.stopping()
