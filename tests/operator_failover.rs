@@ -19,17 +19,17 @@ mod operator_support;
 
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
-use operator_support::cards::exact_output;
 use operator_support::failover::*;
 use std::time::Duration;
 use streamkeeper::api::StatefulStreamJob;
-use streamkeeper_contract::task_report::TaskPhase;
 
 /// The failover bound of the standby issue: p99 ≤ 5 s (the bench measures p50 and p99).
 const FAILOVER_BOUND: Duration = Duration::from_secs(5);
-/// A frozen owner: the heartbeat's 2 s of silence, a poll, and the promotion (measured 3.2 s;
-/// 4.4-6.6 s while a document sent to the frozen pod held up the loop).
-const FROZEN_BOUND: Duration = Duration::from_secs(4);
+/// A frozen owner: the heartbeat's 2 s of silence, a poll, and the promotion (measured 3.2 s
+/// alone, over 4 s once with three test binaries at once), within the same p99 bound. The
+/// detection time in the status (under 3 s) is what a loop held up by a frozen pod misses
+/// (it was 3.8 s).
+const FROZEN_BOUND: Duration = FAILOVER_BOUND;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_pods_tasks_are_promoted_on_their_standbys_within_the_bound() {
@@ -65,18 +65,9 @@ async fn a_killed_pods_tasks_are_promoted_on_their_standbys_within_the_bound() {
 
     // The killed pod returns and holds copies again; the output is exact.
     producing.finish();
-    wait_until("the returned pod holds copies", async || {
-        let reports = system.reports().await;
-        reports
-            .get(&victim)
-            .is_some_and(|list| list.iter().any(|r| r.phase == TaskPhase::Running))
-            .then_some(())
-    })
-    .await;
-    wait_until("exactly one count per event", async || {
-        exact_output(&system.output, PARTITIONS, 5_000)
-    })
-    .await;
+    system
+        .recovered_exactly(std::slice::from_ref(&victim), 5_000)
+        .await;
     let events: Api<Event> = Api::namespaced(system.client.clone(), &system.namespace);
     let promoted: Vec<String> = events
         .list(&ListParams::default())
@@ -163,18 +154,9 @@ async fn a_frozen_owner_is_found_by_its_silence_fenced_and_holds_a_copy_again() 
     // Resumed, the old owner finds itself fenced: nothing it still had open reaches the
     // output (exactly one count per event), and it serves copies again.
     producing.finish();
-    wait_until("the resumed pod holds copies", async || {
-        let reports = system.reports().await;
-        reports
-            .get(&victim)
-            .is_some_and(|list| list.iter().any(|r| r.phase == TaskPhase::Running))
-            .then_some(())
-    })
-    .await;
-    wait_until("exactly one count per event", async || {
-        exact_output(&system.output, PARTITIONS, 5_000)
-    })
-    .await;
+    system
+        .recovered_exactly(std::slice::from_ref(&victim), 5_000)
+        .await;
     let jobs: Api<StatefulStreamJob> = Api::namespaced(system.client.clone(), &system.namespace);
     let promotion = wait_until("the status shows the promotion", async || {
         let status = jobs.get(system.name).await.ok()?.status?;

@@ -10,12 +10,10 @@
 mod operator_support;
 
 use k8s_openapi::api::core::v1::Pod;
-use operator_support::cards::exact_output;
 use operator_support::failover::*;
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use streamkeeper_contract::task_report::TaskPhase;
 
 /// The heartbeat's 2 s of silence, a poll, and the promotion (as for one frozen owner).
 const NODE_LOSS_BOUND: Duration = Duration::from_secs(4);
@@ -105,21 +103,6 @@ async fn a_frozen_nodes_tasks_move_to_standbys_in_the_other_zone() {
     }
 
     producing.finish();
-    wait_until("the node's pod holds copies again", async || {
-        let reports = system.reports().await;
-        lost_pods
-            .iter()
-            .all(|pod| {
-                reports
-                    .get(pod)
-                    .is_some_and(|list| list.iter().any(|r| r.phase == TaskPhase::Running))
-            })
-            .then_some(())
-    })
-    .await;
-    wait_until("exactly one count per event", async || {
-        exact_output(&system.output, PARTITIONS, 5_000)
-    })
-    .await;
+    system.recovered_exactly(&lost_pods, 5_000).await;
     system.clean_up().await;
 }

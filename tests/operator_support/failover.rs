@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use streamkeeper::api::StatefulStreamJob;
 use streamkeeper_contract::task_report::{TaskPhase, TaskReport, TaskRole};
-use streamkeeper_contract::{AssignmentDocument, Versioned};
+use streamkeeper_contract::{AssignmentDocument, TaskReportsDocument, Versioned};
 
 pub const PARTITIONS: i32 = 4;
 pub const CARDS: u32 = 60;
@@ -164,24 +164,10 @@ impl System {
 
     /// The generation each pod's worker says it has recorded.
     pub async fn recorded_generations(&self) -> BTreeMap<String, Option<u64>> {
-        let pods = self.pods().await;
-        let calls = pods.iter().filter_map(|pod| {
-            let ip = pod.status.as_ref()?.pod_ip.clone()?;
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            Some(async move {
-                let answer = streamkeeper::worker_client::task_reports(
-                    &ip,
-                    8080,
-                    Duration::from_millis(300),
-                )
-                .await;
-                answer.ok().map(|document| (name, document.generation))
-            })
-        });
-        futures::future::join_all(calls)
+        self.report_documents()
             .await
             .into_iter()
-            .flatten()
+            .map(|(pod, document)| (pod, document.generation))
             .collect()
     }
 
@@ -202,6 +188,15 @@ impl System {
     /// Each answering pod's task reports, by pod name (all pods asked at once, so a frozen
     /// one costs one timeout, not one per pod).
     pub async fn reports(&self) -> BTreeMap<String, Vec<TaskReport>> {
+        self.report_documents()
+            .await
+            .into_iter()
+            .map(|(pod, document)| (pod, document.tasks))
+            .collect()
+    }
+
+    /// Each answering pod's whole `/v1/tasks` document.
+    async fn report_documents(&self) -> BTreeMap<String, TaskReportsDocument> {
         let pods = self.pods().await;
         let calls = pods.iter().filter_map(|pod| {
             let ip = pod.status.as_ref()?.pod_ip.clone()?;
@@ -213,7 +208,7 @@ impl System {
                     Duration::from_millis(300),
                 )
                 .await;
-                answer.ok().map(|document| (name, document.tasks))
+                answer.ok().map(|document| (name, document))
             })
         });
         futures::future::join_all(calls)
@@ -221,6 +216,26 @@ impl System {
             .into_iter()
             .flatten()
             .collect()
+    }
+
+    /// Waits until each of `pods` runs a copy again (it came back from a failure), then until
+    /// the output holds exactly one count per event of the `events` produced.
+    pub async fn recovered_exactly(&self, pods: &[String], events: u32) {
+        wait_until("the failed pods hold copies again", async || {
+            let reports = self.reports().await;
+            pods.iter()
+                .all(|pod| {
+                    reports
+                        .get(pod)
+                        .is_some_and(|list| list.iter().any(|r| r.phase == TaskPhase::Running))
+                })
+                .then_some(())
+        })
+        .await;
+        wait_until("exactly one count per event", async || {
+            exact_output(&self.output, PARTITIONS, events)
+        })
+        .await;
     }
 
     /// The assignment the operator stored.

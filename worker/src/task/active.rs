@@ -199,32 +199,10 @@ impl<'a> ActiveLoop<'a> {
         let mut open_since = None;
         let result = self.run_transactions(store, checkpoints, &mut open_since);
         result.map_err(|error| {
-            let error = self.fence_behind_fatal(error);
+            let error = fence::behind_fatal(&self.producer, error);
             let open_for = open_since.map(|at: Instant| at.elapsed());
             fence::timed_out_or_fenced(self.context, self.task, error, open_for, store)
         })
-    }
-
-    /// A fence can reach the loop as a produce call's plain "fatal error": the produce
-    /// requests in flight when a new owner bumped the epoch fail first, and the producer is
-    /// then in a fatal state whose cause only the client knows. Retried as a Kafka error, the
-    /// task would claim itself back and fence its new owner in turn.
-    fn fence_behind_fatal(&self, error: TaskError) -> TaskError {
-        let TaskError::Kafka { context, source } = &error else {
-            return error;
-        };
-        if source.rdkafka_error_code() != Some(RDKafkaErrorCode::Fatal) {
-            return error;
-        }
-        match self.producer.client().fatal_error() {
-            Some((
-                RDKafkaErrorCode::Fenced
-                | RDKafkaErrorCode::ProducerFenced
-                | RDKafkaErrorCode::InvalidProducerEpoch,
-                reason,
-            )) => TaskError::Fenced(format!("{context}: {reason}")),
-            _ => error,
-        }
     }
 
     /// The loop itself; `open_since` tells the caller how long the open transaction (if any)

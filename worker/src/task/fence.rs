@@ -23,6 +23,8 @@ use crate::kafka_client;
 use crate::metrics::TaskLabel;
 use crate::store::RocksStore;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::producer::{FutureProducer, Producer};
 use std::time::Duration;
 
 /// `error` as the supervisor should see it: a [`TaskError::Fenced`] after a transaction open
@@ -82,4 +84,26 @@ fn others_committed(
     let from = store.metadata().map_or(0, |m| m.next_changelog_offset);
     let probe = ChangelogProbe::new(&consumer, topic, partition, (low, high));
     Ok(!probe.only_control_records_from(from)?)
+}
+
+/// A fence can reach the loop as a produce call's plain "fatal error": the produce requests in
+/// flight when a new owner bumped the epoch fail first, and the producer is then in a fatal
+/// state whose cause only the client knows. Retried as a Kafka error, the task would claim
+/// itself back and fence its new owner in turn.
+pub(super) fn behind_fatal(producer: &FutureProducer, error: TaskError) -> TaskError {
+    let TaskError::Kafka { context, source } = &error else {
+        return error;
+    };
+    if source.rdkafka_error_code() != Some(RDKafkaErrorCode::Fatal) {
+        return error;
+    }
+    match producer.client().fatal_error() {
+        Some((
+            RDKafkaErrorCode::Fenced
+            | RDKafkaErrorCode::ProducerFenced
+            | RDKafkaErrorCode::InvalidProducerEpoch,
+            reason,
+        )) => TaskError::Fenced(format!("{context}: {reason}")),
+        _ => error,
+    }
 }
