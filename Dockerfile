@@ -31,7 +31,7 @@ RUN for stub in src/lib.rs contract/src/lib.rs worker/src/lib.rs; do \
     done \
  && for stub in src/main.rs worker/src/main.rs local-node/src/main.rs \
       worker/benches/worker.rs worker/benches/checkpoint_restore.rs worker/benches/checkpoint_overhead.rs \
-      benches/failover.rs contract/benches/assignment.rs; do \
+      benches/failover.rs benches/warmup.rs contract/benches/assignment.rs; do \
       mkdir -p "$(dirname "$stub")" && echo 'fn main() {}' > "$stub"; \
     done
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

@@ -4,11 +4,12 @@
 //! - `standby`: 3 pods, 1 standby per task, the owner killed with kill -9;
 //! - `no-standby`: the same without standbys (the task restarts on the returning pod's volume,
 //!   or is restored on another pod);
-//! - `frozen`: 1 standby, the owner frozen with SIGSTOP (resumed after its task moved).
+//! - `frozen`: 1 standby, the owner frozen with SIGSTOP (resumed after its task moved);
+//! - `frozen-1s`: the same with `spec.recovery.heartbeatTimeout: 1s` instead of the default 2 s.
 //!
 //! Needs the real services (`tests/services/{kafka,s3,kube}.sh start`, their `env` exported).
 //! Run: `tests/bench.sh failover` (BENCH_FAILURES per scenario, default 20; BENCH_SCENARIOS,
-//! default all three). It runs on the debug build the tests use (`--profile dev`): the time is
+//! default all four). It runs on the debug build the tests use (`--profile dev`): the time is
 //! Kafka round trips, fencing and the heartbeat, not CPU. Prints the figures and writes them as
 //! JSON to `$BENCH_OUT` (default `target/bench/failover.json` under the cargo target dir).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // bench code
@@ -24,23 +25,34 @@ struct Scenario {
     name: &'static str,
     standbys: i32,
     signal: &'static str,
+    /// `spec.recovery.heartbeatTimeout`, when not the default.
+    heartbeat_timeout: Option<&'static str>,
 }
 
-const SCENARIOS: [Scenario; 3] = [
+const SCENARIOS: [Scenario; 4] = [
     Scenario {
         name: "standby",
         standbys: 1,
         signal: "KILL",
+        heartbeat_timeout: None,
     },
     Scenario {
         name: "no-standby",
         standbys: 0,
         signal: "KILL",
+        heartbeat_timeout: None,
     },
     Scenario {
         name: "frozen",
         standbys: 1,
         signal: "STOP",
+        heartbeat_timeout: None,
+    },
+    Scenario {
+        name: "frozen-1s",
+        standbys: 1,
+        signal: "STOP",
+        heartbeat_timeout: Some("1s"),
     },
 ];
 
@@ -50,12 +62,17 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 async fn run(scenario: &Scenario, failures: u32) -> serde_json::Value {
-    let system = System::start(
+    let spec = match scenario.heartbeat_timeout {
+        Some(timeout) => serde_json::json!({ "recovery": { "heartbeatTimeout": timeout } }),
+        None => serde_json::json!({}),
+    };
+    let system = System::start_with(
         &format!("bench-{}", scenario.name),
         160,
-        3,
-        scenario.standbys,
+        &[None],
+        (3, scenario.standbys),
         1_000,
+        spec,
     )
     .await;
     system.settled(scenario.standbys as usize).await;
@@ -98,6 +115,7 @@ async fn run(scenario: &Scenario, failures: u32) -> serde_json::Value {
         "scenario": scenario.name,
         "standbyReplicas": scenario.standbys,
         "signal": scenario.signal,
+        "heartbeatTimeout": scenario.heartbeat_timeout.unwrap_or("2s"),
         "failures": failures,
         "p50Seconds": p50,
         "p99Seconds": p99,

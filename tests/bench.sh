@@ -4,7 +4,7 @@
 #
 #   tests/bench.sh            every bench
 #   tests/bench.sh worker     one of: worker, checkpoint_restore, checkpoint_overhead, assignment,
-#                             failover
+#                             failover, warmup
 #
 # Services this script starts are stopped when it ends; services already running are left alone.
 source "$(dirname "$0")/services/lib.sh"
@@ -14,8 +14,8 @@ services=tests/services
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$SK_CACHE/cargo-target}"
 
 benches=("$@")
-(( ${#benches[@]} )) || benches=(worker checkpoint_restore checkpoint_overhead assignment failover)
-declare -A needs=([worker]="kafka" [checkpoint_restore]="s3" [checkpoint_overhead]="kafka s3" [assignment]="" [failover]="kafka s3 kube")
+(( ${#benches[@]} )) || benches=(worker checkpoint_restore checkpoint_overhead assignment failover warmup)
+declare -A needs=([worker]="kafka" [checkpoint_restore]="s3" [checkpoint_overhead]="kafka s3" [assignment]="" [failover]="kafka s3 kube" [warmup]="kafka s3 kube")
 declare -A ports=([kafka]=19092 [s3]=18333 [kube]=16443)
 
 started=()
@@ -47,13 +47,13 @@ for bench in "${benches[@]}"; do
     cargo bench --locked -p streamkeeper-contract --bench assignment
     continue
   fi
-  if [[ $bench == failover ]]; then
+  if [[ $bench == failover || $bench == warmup ]]; then
     # The whole system on the test build (worker, node agent and operator binaries): the time
     # is Kafka round trips, fencing and the heartbeat, not CPU; the dev profile shares the
     # test command's compile.
-    log "== bench $bench ($(date +%T)); about 3 minutes per scenario"
+    log "== bench $bench ($(date +%T)); a few minutes per scenario"
     cargo build --workspace --all-targets --locked
-    cargo bench --workspace --locked --profile dev --bench failover
+    cargo bench --workspace --locked --profile dev --bench "$bench"
     continue
   fi
   log "== bench $bench ($(date +%T)); release build, cold: ~20-30 min"

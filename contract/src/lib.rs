@@ -17,6 +17,7 @@ pub mod assignment;
 pub mod checkpoint_choice;
 pub mod checkpoint_layout;
 pub mod duration;
+pub mod failpoint;
 pub mod manifest;
 pub mod restore_request;
 pub mod rules;

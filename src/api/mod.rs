@@ -23,8 +23,8 @@ pub use processor::{
 };
 pub use state::{Compression, RocksDbSpec, StateSpec};
 pub use status::{
-    JobPhase, RestoreProgress, RetentionStatus, StatefulStreamJobStatus, TaskCheckpoint, TaskMove,
-    TaskStatus,
+    JobPhase, RestoreProgress, RetentionStatus, StandbyStatus, StatefulStreamJobStatus,
+    TaskCheckpoint, TaskMove, TaskStatus,
 };
 
 /// Regular expression for durations (Go syntax, as Kubernetes CEL's `duration()` reads them).
@@ -181,14 +181,28 @@ pub struct RecoverySpec {
     #[serde(default = "default_acceptable_recovery_lag")]
     #[schemars(range(min = 0))]
     pub acceptable_recovery_lag: i64,
+    /// How long a worker pod may leave the operator's heartbeat (4 polls a second) unanswered
+    /// before its tasks move to their standbys (Go duration, 1s to 60s). A process that is gone
+    /// is found at the next poll whatever this says (its port refuses connections); this bounds
+    /// how soon a frozen process, a lost node or a partition is found. Too low for the pods'
+    /// load moves tasks off pods that were only slow: safe (the old owner is fenced), at the
+    /// cost of a handoff each time.
+    #[serde(default = "default_heartbeat_timeout")]
+    #[schemars(length(max = 64), pattern(crate::api::DURATION_PATTERN))]
+    pub heartbeat_timeout: String,
 }
 
 impl Default for RecoverySpec {
     fn default() -> Self {
         Self {
             acceptable_recovery_lag: default_acceptable_recovery_lag(),
+            heartbeat_timeout: default_heartbeat_timeout(),
         }
     }
+}
+
+fn default_heartbeat_timeout() -> String {
+    "2s".into()
 }
 
 fn default_acceptable_recovery_lag() -> i64 {

@@ -101,9 +101,9 @@ pub struct TaskStatus {
     /// Pod running the task actively.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
-    /// Pods keeping a warm standby copy.
+    /// The standby copies the pods report, with how far each is behind the changelog.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub standbys: Vec<String>,
+    pub standbys: Vec<StandbyStatus>,
     /// Task phase as the owner reports it (Created, Restoring, Running, Suspended, Fenced,
     /// Failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -131,6 +131,18 @@ pub struct TaskStatus {
     /// that stopped), kept the same way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handoff: Option<TaskMove>,
+}
+
+/// A standby copy of a task, as its pod reports it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StandbyStatus {
+    pub pod: String,
+    /// Restoring (warming up) or Running (tailing the changelog).
+    pub phase: String,
+    /// Records behind the changelog's end; absent until first measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag: Option<i64>,
 }
 
 /// One move of a task's active copy.

@@ -264,6 +264,7 @@ fn failover_job(
         standby_replicas: validated.workers.standby_replicas,
         acceptable_recovery_lag: i64::try_from(validated.acceptable_recovery_lag)
             .unwrap_or(i64::MAX),
+        heartbeat_timeout: validated.heartbeat_timeout,
         port: u16::try_from(names::HTTP_PORT).unwrap_or(8080),
     }
 }

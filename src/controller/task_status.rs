@@ -6,7 +6,7 @@
 //! old one is being fenced); the owner is the pod whose active copy is furthest along (Running
 //! before Restoring before the rest), and a fenced or stopped copy never owns a task.
 
-use crate::api::{RestoreProgress, TaskStatus};
+use crate::api::{RestoreProgress, StandbyStatus, TaskStatus};
 use streamkeeper_contract::task_report::{
     RestorePhase, RestoreProgress as ReportedRestore, TaskPhase, TaskReport, TaskRole,
 };
@@ -50,12 +50,16 @@ pub fn merge(
             .filter(|(_, r)| r.role == TaskRole::Active)
             .filter(|(_, r)| !matches!(r.phase, TaskPhase::Fenced | TaskPhase::Stopped))
             .min_by_key(|(pod, r)| (phase_rank(r.phase), *pod));
-        let mut standbys: Vec<String> = copies
+        let mut standbys: Vec<StandbyStatus> = copies
             .iter()
             .filter(|(_, r)| r.role == TaskRole::Standby)
-            .map(|(pod, _)| (*pod).to_string())
+            .map(|(pod, r)| StandbyStatus {
+                pod: (*pod).to_string(),
+                phase: format!("{:?}", r.phase),
+                lag: r.changelog_lag,
+            })
             .collect();
-        standbys.sort();
+        standbys.sort_by(|a, b| a.pod.cmp(&b.pod));
         status.standbys = standbys;
         match owner {
             Some((pod, report)) => {
@@ -159,7 +163,10 @@ mod tests {
                 "job-1".to_string(),
                 vec![
                     report(1, TaskRole::Active, TaskPhase::Restoring),
-                    report(0, TaskRole::Standby, TaskPhase::Running),
+                    TaskReport {
+                        changelog_lag: Some(4),
+                        ..report(0, TaskRole::Standby, TaskPhase::Running)
+                    },
                 ],
             ),
         ];
@@ -167,7 +174,12 @@ mod tests {
         assert_eq!(view.ready_tasks(), "1/3");
         assert_eq!(view.restoring, 1);
         assert_eq!(view.tasks[0].owner.as_deref(), Some("job-0"));
-        assert_eq!(view.tasks[0].standbys, vec!["job-1".to_string()]);
+        let standby = StandbyStatus {
+            pod: "job-1".into(),
+            phase: "Running".into(),
+            lag: Some(4),
+        };
+        assert_eq!(view.tasks[0].standbys, vec![standby]);
         assert_eq!(view.tasks[1].owner.as_deref(), Some("job-1"));
         assert_eq!(view.tasks[1].phase.as_deref(), Some("Restoring"));
         assert_eq!(view.tasks[2].owner, None, "nobody reports task 2");

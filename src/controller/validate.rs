@@ -42,6 +42,8 @@ pub struct ValidatedJob {
     pub state: StateSettings,
     pub checkpoint: CheckpointSettings,
     pub acceptable_recovery_lag: u64,
+    /// How long a silent pod keeps its tasks.
+    pub heartbeat_timeout: Duration,
     pub restore: Option<RestoreRequest>,
     pub deletion_policy: DeletionPolicy,
 }
@@ -205,6 +207,7 @@ pub fn validate(job: &StatefulStreamJob) -> Result<ValidatedJob, InvalidSpec> {
             "spec.recovery.acceptableRecoveryLag",
             spec.recovery.acceptable_recovery_lag,
         )?,
+        heartbeat_timeout: rules::heartbeat_timeout(&spec.recovery.heartbeat_timeout)?,
         restore: spec.restore.as_ref().map(rules::restore).transpose()?,
         deletion_policy: spec.deletion_policy,
         namespace,

@@ -4,7 +4,9 @@
 //! - A refused connection means no process listens on the pod's port (it died, or restarts):
 //!   the pod is down at once, with no grace, since nothing runs its tasks.
 //! - A pod that does not answer (a frozen process, a lost node, a partition) is down once its
-//!   last answer is older than [`SUSPECT_AFTER`], a few polls, not the node controller's 40 s.
+//!   last answer is older than the job's heartbeat timeout ([`DEFAULT_SUSPECT_AFTER`] unless
+//!   `spec.recovery.heartbeatTimeout` says otherwise), a few polls, not the node controller's
+//!   40 s.
 //! - A pod that has never answered is starting: it keeps what the document gives it for
 //!   [`STARTUP_GRACE`] after the loop first saw it, so a resumed job, a new leader or a slow
 //!   start never sends every task to the first pod that happens to answer.
@@ -14,10 +16,11 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// How long a pod may be silent before its tasks move. Two seconds: a busy worker (two cores
-/// shared by many processes, as in CI) missed a second of polls without being frozen, and each
-/// false suspicion costs a handoff; a dead process is found at once anyway (refused).
-pub const SUSPECT_AFTER: Duration = Duration::from_millis(2_000);
+/// How long a pod may be silent before its tasks move, by default. Two seconds: a busy worker
+/// (two cores shared by many processes, as in CI) missed a second of polls without being
+/// frozen, and each false suspicion costs a handoff; a dead process is found at once anyway
+/// (refused).
+pub const DEFAULT_SUSPECT_AFTER: Duration = Duration::from_millis(2_000);
 /// How long a pod that has never answered counts as starting, not failed.
 pub const STARTUP_GRACE: Duration = Duration::from_secs(30);
 
@@ -39,12 +42,27 @@ struct Beat {
 }
 
 /// The heartbeats of one job's pods.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Heartbeats {
     pods: HashMap<String, Beat>,
+    suspect_after: Duration,
+}
+
+impl Default for Heartbeats {
+    fn default() -> Self {
+        Self {
+            pods: HashMap::new(),
+            suspect_after: DEFAULT_SUSPECT_AFTER,
+        }
+    }
 }
 
 impl Heartbeats {
+    /// A pod silent for `timeout` is down from now on.
+    pub fn suspect_after(&mut self, timeout: Duration) {
+        self.suspect_after = timeout;
+    }
+
     pub fn record(&mut self, pod: &str, poll: Poll, now: Instant) {
         let beat = self.pods.entry(pod.to_string()).or_insert(Beat {
             first_seen: now,
@@ -68,7 +86,7 @@ impl Heartbeats {
             !beat.refused
                 && beat
                     .last_answer
-                    .is_some_and(|at| now.saturating_duration_since(at) < SUSPECT_AFTER)
+                    .is_some_and(|at| now.saturating_duration_since(at) < self.suspect_after)
         })
     }
 
@@ -120,14 +138,14 @@ mod tests {
         assert!(beats.alive("p", start));
         assert!(beats.answered("p"));
 
-        // Silent (frozen): alive until SUSPECT_AFTER has passed since the last answer.
-        let later = start + SUSPECT_AFTER / 2;
+        // Silent (frozen): alive until DEFAULT_SUSPECT_AFTER has passed since the last answer.
+        let later = start + DEFAULT_SUSPECT_AFTER / 2;
         beats.record("p", Poll::Silent, later);
         assert!(beats.alive("p", later));
-        let late = start + SUSPECT_AFTER;
+        let late = start + DEFAULT_SUSPECT_AFTER;
         beats.record("p", Poll::Silent, late);
         assert!(!beats.alive("p", late));
-        assert_eq!(beats.silent_for("p", late), Some(SUSPECT_AFTER));
+        assert_eq!(beats.silent_for("p", late), Some(DEFAULT_SUSPECT_AFTER));
 
         // Answering again makes it alive; a refused connection makes it down at once.
         beats.record("p", Poll::Answered, late);
@@ -137,5 +155,18 @@ mod tests {
 
         beats.retain(|pod| pod != "p");
         assert_eq!(beats.silent_for("p", late), None);
+    }
+
+    #[test]
+    fn the_jobs_heartbeat_timeout_decides_when_silence_is_down() {
+        let start = Instant::now();
+        let mut beats = Heartbeats::default();
+        beats.record("p", Poll::Answered, start);
+        beats.suspect_after(Duration::from_secs(1));
+        let after_1s = start + Duration::from_secs(1);
+        beats.record("p", Poll::Silent, after_1s);
+        assert!(!beats.alive("p", after_1s), "down after 1 s of silence");
+        beats.suspect_after(Duration::from_secs(5));
+        assert!(beats.alive("p", after_1s), "a longer timeout keeps it");
     }
 }

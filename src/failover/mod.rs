@@ -6,7 +6,8 @@
 //! assignment with the contract's rule from the live pods and each copy's lag ([`facts`]), and
 //! when the document changes it stores it first ([`store`]) and then sends it to every pod
 //! that answers. A pod whose process is gone (connection refused) loses its tasks at the next
-//! poll; a silent one (frozen, partitioned, its node lost) after [`health::SUSPECT_AFTER`].
+//! poll; a silent one (frozen, partitioned, its node lost) after the job's heartbeat timeout
+//! ([`health::DEFAULT_SUSPECT_AFTER`] unless `spec.recovery.heartbeatTimeout` says otherwise).
 //! The promoted standby fences the old owner, so a wrong suspicion costs a handoff, never
 //! exactness.
 //!
@@ -68,6 +69,8 @@ pub struct FailoverJob {
     pub desired_pods: i32,
     pub standby_replicas: u32,
     pub acceptable_recovery_lag: i64,
+    /// How long a silent pod keeps its tasks (`spec.recovery.heartbeatTimeout`).
+    pub heartbeat_timeout: Duration,
     pub port: u16,
 }
 
@@ -91,6 +94,10 @@ struct ListedPod {
 /// The loop's memory between polls.
 struct LoopState {
     document: Option<AssignmentDocument>,
+    /// The last decision that moved tasks, as stored beside the document.
+    moves: Option<store::MovesRecord>,
+    /// A read-back record whose moves the previous leader did not get to report.
+    unreported: Option<store::MovesRecord>,
     read_back: bool,
     heartbeats: Heartbeats,
     pods: Vec<ListedPod>,
@@ -113,6 +120,8 @@ struct LoopState {
 async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>, shared: Shared) {
     let mut state = LoopState {
         document: None,
+        moves: None,
+        unreported: None,
         read_back: false,
         heartbeats: Heartbeats::default(),
         pods: Vec::new(),
@@ -164,8 +173,7 @@ async fn tick(
     shared: &Shared,
 ) -> Result<(), PollError> {
     if !state.read_back {
-        state.document = store::read(&deps.client, &job.namespace, &job.name).await?;
-        state.read_back = true;
+        read_back(deps, job, state, shared).await?;
     }
     if state.token.is_none() {
         state.token = worker_token::read(&deps.client, &job.namespace, &job.name).await?;
@@ -195,8 +203,12 @@ async fn tick(
     if job.desired_pods == 0 {
         return Ok(());
     }
+    state.heartbeats.suspect_after(job.heartbeat_timeout);
     let reports = poll_pods(job, state).await;
     let now = Instant::now();
+    if let Some(record) = state.unreported.take() {
+        finish_report(deps, job, shared, state, record, &reports).await?;
+    }
     moves::first_commits(deps, job, shared, &mut state.pending_moves, &reports, now);
     let pods: Vec<PodFacts> = state.pods.iter().map(|p| p.facts.clone()).collect();
     // A draining pod keeps answering (it hands its tasks over) but takes no copy, and so does
@@ -228,11 +240,11 @@ async fn tick(
         newest_recorded_generation: state.newest_recorded_generation,
     });
     let changed = state.document.as_ref() != Some(&next);
-    // Stored first (a new leader must read back what workers may act on), then sent, and only
-    // then reported: Events and the status are not on the failover's path.
-    let replaced = if changed {
-        store::write(&deps.client, &job.namespace, &job.name, &job.owner, &next).await?;
-        Some(state.document.replace(next.clone()))
+    // Stored first, with its moves (a new leader must read back what workers may act on, and
+    // what is left to report), then sent, and only then reported: Events and the status are
+    // not on the failover's path.
+    let decided = if changed {
+        store_decision(deps, job, state, next, &copies, now).await?
     } else {
         None
     };
@@ -240,22 +252,8 @@ async fn tick(
         send(job, state, now);
         state.sent_at = Some(Instant::now());
     }
-    if let Some(previous) = replaced {
-        let pods_now = moves::PodsNow {
-            heartbeats: &state.heartbeats,
-            stopping: &state.stopping,
-        };
-        moves::report(
-            deps,
-            job,
-            shared,
-            pods_now,
-            (previous.as_ref(), &next),
-            &copies,
-            &mut state.pending_moves,
-            now,
-        )
-        .await;
+    if let Some(record) = decided {
+        finish_report(deps, job, shared, state, record, &[]).await?;
     }
     let unreachable = state
         .pods
@@ -270,6 +268,114 @@ async fn tick(
         state.pods.len(),
         unreachable,
     ));
+    Ok(())
+}
+
+/// Stores `next` as the job's document with the record of the moves it makes (if any, else the
+/// last record is kept beside it); those moves, to be reported once the document is sent.
+async fn store_decision(
+    deps: &FailoverDeps,
+    job: &FailoverJob,
+    state: &mut LoopState,
+    next: AssignmentDocument,
+    copies: &BTreeMap<u32, Vec<streamkeeper_contract::CopyLag>>,
+    now: Instant,
+) -> Result<Option<store::MovesRecord>, PollError> {
+    let moved = match &state.document {
+        Some(current) => moves::decide(
+            moves::PodsNow {
+                heartbeats: &state.heartbeats,
+                stopping: &state.stopping,
+            },
+            (current, &next),
+            copies,
+            now,
+            k8s_openapi::jiff::Timestamp::now(),
+        ),
+        None => {
+            tracing::info!(job = %job.name, generation = next.generation, "first assignment");
+            Vec::new()
+        }
+    };
+    let decided = (!moved.is_empty()).then(|| store::MovesRecord::new(next.generation, moved));
+    if decided.is_some() {
+        state.moves = decided.clone();
+    }
+    store::write(
+        &deps.client,
+        &job.namespace,
+        &job.name,
+        &job.owner,
+        (&next, state.moves.as_ref()),
+    )
+    .await?;
+    state.document = Some(next);
+    if decided.is_some() {
+        // The leader-takeover test stops the process here: stored, neither sent nor reported.
+        streamkeeper_contract::failpoint::hit("assignment-stored-with-moves");
+    }
+    Ok(decided)
+}
+
+/// Reads the stored document back (a new leadership goes on from it) with the last moves
+/// record: its moves go into the status again, and the ones not yet reported are reported
+/// after the first poll.
+async fn read_back(
+    deps: &FailoverDeps,
+    job: &FailoverJob,
+    state: &mut LoopState,
+    shared: &Shared,
+) -> Result<(), PollError> {
+    let stored = store::read(&deps.client, &job.namespace, &job.name).await?;
+    state.document = stored.document;
+    state.moves = stored.moves;
+    state.unreported = None;
+    if let Some(record) = &state.moves {
+        if record.reported {
+            for decided in &record.moves {
+                shared.record_move(decided.task, decided.promoted, decided.moved.clone());
+            }
+        } else {
+            tracing::info!(job = %job.name, generation = record.generation, moves = record.moves.len(), "reporting the moves the previous leader stored but did not report");
+            state.unreported = Some(record.clone());
+        }
+    }
+    state.read_back = true;
+    Ok(())
+}
+
+/// Reports a stored record's moves and stores it again marked reported. A move whose new
+/// owner already commits in `reports` is not timed: this leader cannot tell when that began.
+async fn finish_report(
+    deps: &FailoverDeps,
+    job: &FailoverJob,
+    shared: &Shared,
+    state: &mut LoopState,
+    mut record: store::MovesRecord,
+    reports: &[(String, Vec<TaskReport>)],
+) -> Result<(), PollError> {
+    let committed = moves::committed_already(&record.moves, reports);
+    moves::report(
+        deps,
+        job,
+        shared,
+        &record.moves,
+        &committed,
+        &mut state.pending_moves,
+    )
+    .await;
+    record.reported = true;
+    state.moves = Some(record);
+    if let Some(document) = &state.document {
+        store::write(
+            &deps.client,
+            &job.namespace,
+            &job.name,
+            &job.owner,
+            (document, state.moves.as_ref()),
+        )
+        .await?;
+    }
     Ok(())
 }
 

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use streamkeeper_contract::task_report::{TaskPhase, TaskRole};
@@ -37,23 +38,42 @@ pub struct PodsNow<'a> {
     pub stopping: &'a BTreeSet<String>,
 }
 
-/// Logs, counts and publishes every task whose active moved from `current` to `next`, records
-/// it for the status, and starts waiting for its new owner's first commit.
-#[allow(clippy::too_many_arguments)] // the facts of one decision, each used once
-pub(super) async fn report(
-    deps: &FailoverDeps,
-    job: &FailoverJob,
-    shared: &Shared,
+/// A move the loop decided: the status's record of it and its Event's message. Stored with
+/// the document, so a new leader reports a move its predecessor decided but did not get to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DecidedMove {
+    pub task: u32,
+    /// Its owner failed (a promotion); else it handed the task over.
+    pub promoted: bool,
+    pub note: String,
+    #[serde(rename = "move")]
+    pub moved: TaskMove,
+}
+
+impl DecidedMove {
+    /// Where its stall is measured from, as an instant of this process: the old owner's last
+    /// answer (a promotion) or the decision (a handoff). `None` when the decision time is
+    /// unknown.
+    fn since_and_decided(&self, now: Instant, wall_now: Timestamp) -> Option<(Instant, Instant)> {
+        let decided_at = self.moved.time.as_ref()?.0;
+        let ago = Duration::try_from(wall_now.duration_since(decided_at)).unwrap_or_default();
+        let decided = now.checked_sub(ago)?;
+        let silent = Duration::from_secs_f64(self.moved.detection_seconds.unwrap_or(0.0).max(0.0));
+        Some((decided.checked_sub(silent).unwrap_or(decided), decided))
+    }
+}
+
+/// Every task whose active moved from `current` to `next`, decided at `now` (`wall` on the
+/// clock). Pure, so it is tested.
+pub fn decide(
     pods: PodsNow<'_>,
-    (current, next): (Option<&AssignmentDocument>, &AssignmentDocument),
+    (current, next): (&AssignmentDocument, &AssignmentDocument),
     copies: &BTreeMap<u32, Vec<CopyLag>>,
-    pending: &mut BTreeMap<u32, PendingMove>,
     now: Instant,
-) {
-    let Some(current) = current else {
-        tracing::info!(job = %job.name, generation = next.generation, "first assignment");
-        return;
-    };
+    wall: Timestamp,
+) -> Vec<DecidedMove> {
+    let mut decided = Vec::new();
     for (before, after) in current.tasks.iter().zip(&next.tasks) {
         let (Some(from), Some(to)) = (&before.active, &after.active) else {
             continue;
@@ -65,71 +85,106 @@ pub(super) async fn report(
             .get(&after.task)
             .and_then(|list| list.iter().find(|c| &c.pod == to))
             .map(|c| c.lag);
+        let lag_text = lag.map_or("?".to_string(), |l| l.to_string());
         // A worker that said it is stopping hands its tasks off; one that is gone or silent
         // has failed.
         let stopping = pods.stopping.contains(from);
         let down = !stopping && !pods.heartbeats.alive(from, now);
-        let silent = pods.heartbeats.silent_for(from, now);
+        let silent = pods.heartbeats.silent_for(from, now).unwrap_or_default();
         let (reason, note) = if down {
-            deps.metrics.promotion(silent.unwrap_or_default());
             (
                 "Promoted",
                 format!(
-                    "task {}: {to} took over from {from} (no answer for {:.1} s); its copy was {} records behind; generation {}",
+                    "task {}: {to} took over from {from} (no answer for {:.1} s); its copy was {lag_text} records behind; generation {}",
                     after.task,
-                    silent.unwrap_or_default().as_secs_f64(),
-                    lag.map_or("?".to_string(), |l| l.to_string()),
+                    silent.as_secs_f64(),
                     next.generation
                 ),
             )
         } else {
-            deps.metrics.handoff();
+            let why = if stopping {
+                " (its worker is stopping)"
+            } else {
+                ""
+            };
             (
                 "HandedOff",
                 format!(
-                    "task {}: moved from {from}{} to {to}, whose copy was {} records behind; generation {}",
-                    after.task,
-                    if stopping {
-                        " (its worker is stopping)"
-                    } else {
-                        ""
-                    },
-                    lag.map_or("?".to_string(), |l| l.to_string()),
-                    next.generation
+                    "task {}: moved from {from}{why} to {to}, whose copy was {lag_text} records behind; generation {}",
+                    after.task, next.generation
                 ),
             )
         };
-        tracing::info!(job = %job.name, task = after.task, %from, %to, ?lag, ?silent, generation = next.generation, reason, "task moved");
-        shared.record_move(
-            after.task,
-            down,
-            TaskMove {
+        decided.push(DecidedMove {
+            task: after.task,
+            promoted: down,
+            note,
+            moved: TaskMove {
                 reason: reason.to_string(),
                 from: from.clone(),
                 to: to.clone(),
-                time: Some(Time(Timestamp::now())),
+                time: Some(Time(wall)),
                 generation: i64::try_from(next.generation).unwrap_or(i64::MAX),
                 lag_at_promotion: lag,
-                detection_seconds: down.then(|| silent.unwrap_or_default().as_secs_f64()),
+                detection_seconds: down.then_some(silent.as_secs_f64()),
                 first_commit_seconds: None,
             },
-        );
-        let since = if down {
-            silent.and_then(|s| now.checked_sub(s)).unwrap_or(now)
-        } else {
-            now
-        };
-        pending.insert(
-            after.task,
-            PendingMove {
-                to: to.clone(),
-                promoted: down,
-                since,
-                decided: now,
-            },
-        );
-        publish(deps, job, reason, note).await;
+        });
     }
+    decided
+}
+
+/// Logs, counts and publishes each decided move, records it for the status, and starts
+/// waiting for its new owner's first commit (unless the task is in `committed_already`: a new
+/// leader cannot tell when that commit happened).
+pub(super) async fn report(
+    deps: &FailoverDeps,
+    job: &FailoverJob,
+    shared: &Shared,
+    decided: &[DecidedMove],
+    committed_already: &[u32],
+    pending: &mut BTreeMap<u32, PendingMove>,
+) {
+    let (now, wall_now) = (Instant::now(), Timestamp::now());
+    for decision in decided {
+        let moved = &decision.moved;
+        let silent = Duration::from_secs_f64(moved.detection_seconds.unwrap_or(0.0).max(0.0));
+        if decision.promoted {
+            deps.metrics.promotion(silent);
+        } else {
+            deps.metrics.handoff();
+        }
+        tracing::info!(job = %job.name, task = decision.task, from = %moved.from, to = %moved.to, lag = ?moved.lag_at_promotion, detection_seconds = ?moved.detection_seconds, generation = moved.generation, reason = %moved.reason, "task moved");
+        shared.record_move(decision.task, decision.promoted, moved.clone());
+        if !committed_already.contains(&decision.task)
+            && let Some((since, decided_at)) = decision.since_and_decided(now, wall_now)
+        {
+            pending.insert(
+                decision.task,
+                PendingMove {
+                    to: moved.to.clone(),
+                    promoted: decision.promoted,
+                    since,
+                    decided: decided_at,
+                },
+            );
+        }
+        publish(deps, job, &moved.reason, decision.note.clone()).await;
+    }
+}
+
+/// Whether `pod` reports a commit of `task` as its running active.
+fn commits_as_owner(reports: &[(String, Vec<TaskReport>)], pod: &str, task: u32) -> bool {
+    reports
+        .iter()
+        .filter(|(name, _)| name == pod)
+        .flat_map(|(_, list)| list)
+        .any(|r| {
+            r.task == task
+                && r.role == TaskRole::Active
+                && r.phase == TaskPhase::Running
+                && r.committed_transactions >= 1
+        })
 }
 
 /// The pending moves whose new owner now reports a commit of its task as the running active.
@@ -140,19 +195,20 @@ pub fn committed(
 ) -> Vec<u32> {
     pending
         .iter()
-        .filter(|(task, to)| {
-            reports
-                .iter()
-                .filter(|(pod, _)| *pod == to.to)
-                .flat_map(|(_, list)| list)
-                .any(|r| {
-                    r.task == **task
-                        && r.role == TaskRole::Active
-                        && r.phase == TaskPhase::Running
-                        && r.committed_transactions >= 1
-                })
-        })
+        .filter(|(task, to)| commits_as_owner(reports, &to.to, **task))
         .map(|(task, _)| *task)
+        .collect()
+}
+
+/// The decided moves whose new owner already commits in `reports`.
+pub fn committed_already(
+    decided: &[DecidedMove],
+    reports: &[(String, Vec<TaskReport>)],
+) -> Vec<u32> {
+    decided
+        .iter()
+        .filter(|d| commits_as_owner(reports, &d.moved.to, d.task))
+        .map(|d| d.task)
         .collect()
 }
 
@@ -204,6 +260,102 @@ async fn publish(deps: &FailoverDeps, job: &FailoverJob, reason: &str, note: Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn document(generation: u64, actives: &[&str]) -> AssignmentDocument {
+        AssignmentDocument {
+            version: 1,
+            generation,
+            tasks: actives
+                .iter()
+                .enumerate()
+                .map(|(task, active)| streamkeeper_contract::TaskAssignment {
+                    task: u32::try_from(task).unwrap_or(0),
+                    active: Some(active.to_string()),
+                    standbys: Vec::new(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_move_off_a_dead_pod_is_a_promotion_and_off_a_live_or_stopping_one_a_handoff() {
+        use super::super::health::Poll;
+        let start = Instant::now();
+        let now = start + Duration::from_millis(700);
+        let mut heartbeats = Heartbeats::default();
+        heartbeats.record("dead", Poll::Answered, start);
+        heartbeats.record("dead", Poll::Refused, now);
+        for pod in ["live", "stopping", "new"] {
+            heartbeats.record(pod, Poll::Answered, now);
+        }
+        let stopping = BTreeSet::from(["stopping".to_string()]);
+        let pods = PodsNow {
+            heartbeats: &heartbeats,
+            stopping: &stopping,
+        };
+        let current = document(4, &["dead", "live", "stopping", "new"]);
+        let next = document(5, &["new", "new", "new", "new"]);
+        let copies = BTreeMap::from([(
+            0,
+            vec![CopyLag {
+                pod: "new".into(),
+                lag: 3,
+            }],
+        )]);
+        let wall: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
+        let decided = decide(pods, (&current, &next), &copies, now, wall);
+
+        let summary: Vec<(u32, bool, &str)> = decided
+            .iter()
+            .map(|d| (d.task, d.promoted, d.moved.reason.as_str()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (0, true, "Promoted"),
+                (1, false, "HandedOff"),
+                (2, false, "HandedOff")
+            ],
+            "task 3 stayed on its pod"
+        );
+        let promotion = &decided[0].moved;
+        assert_eq!(promotion.detection_seconds, Some(0.7));
+        assert_eq!(promotion.lag_at_promotion, Some(3));
+        assert_eq!(promotion.generation, 5);
+        assert_eq!(promotion.time, Some(Time(wall)));
+        assert!(
+            decided[0]
+                .note
+                .starts_with("task 0: new took over from dead (no answer for 0.7 s)")
+        );
+        assert!(decided[2].note.contains("(its worker is stopping)"));
+        assert_eq!(decided[1].moved.detection_seconds, None);
+    }
+
+    #[test]
+    fn a_stored_moves_clock_is_read_back_as_instants_of_this_process() {
+        let wall: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
+        let decided = DecidedMove {
+            task: 0,
+            promoted: true,
+            note: String::new(),
+            moved: TaskMove {
+                time: Some(Time(wall)),
+                detection_seconds: Some(0.5),
+                ..TaskMove::default()
+            },
+        };
+        let now = Instant::now() + Duration::from_secs(60);
+        let later = wall + k8s_openapi::jiff::SignedDuration::from_secs(7);
+        let (since, decided_at) = decided.since_and_decided(now, later).unwrap();
+        assert_eq!(now - decided_at, Duration::from_secs(7));
+        assert_eq!(decided_at - since, Duration::from_millis(500));
+        let untimed = DecidedMove {
+            moved: TaskMove::default(),
+            ..decided
+        };
+        assert_eq!(untimed.since_and_decided(now, later), None);
+    }
 
     #[test]
     fn a_move_is_committed_once_its_new_owner_commits_as_the_running_active() {

@@ -19,14 +19,29 @@ pub const CARDS: u32 = 60;
 pub const WAIT: Duration = Duration::from_secs(180);
 const NAME: &str = "cards";
 
-fn start_operator(namespace: &str, log: std::path::PathBuf) -> Process {
+/// An operator process named `identity` in the Lease, with the leadership tests' short lease
+/// timings (a leader that dies is replaced after about 6 s).
+fn start_operator(
+    namespace: &str,
+    dir: &std::path::Path,
+    identity: &str,
+    env: &[(&str, &str)],
+) -> Process {
     Process::spawn(
         "operator",
         Command::new(env!("CARGO_BIN_EXE_streamkeeper-operator"))
-            .args(["run", "--namespace", namespace])
+            .args(["run", "--namespace", namespace, "--identity", identity])
             .args(["--metrics-addr", "127.0.0.1:0"])
+            .args([
+                "--lease-duration-seconds",
+                "6",
+                "--renew-deadline-seconds",
+                "4",
+            ])
+            .args(["--retry-period-seconds", "1"])
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info"),
-        log,
+        dir.join(format!("{identity}.log")),
     )
 }
 
@@ -42,6 +57,8 @@ pub struct System {
     pub dir: tempfile::TempDir,
     node_agents: Vec<Process>,
     operator: Option<Process>,
+    /// A second operator waiting for the Lease, once started.
+    spare: Option<Process>,
     operators_started: u32,
 }
 
@@ -69,6 +86,28 @@ impl System {
         replicas: i32,
         standbys: i32,
         events: u32,
+    ) -> Self {
+        let spec = serde_json::json!({});
+        Self::start_with(
+            prefix,
+            first_address,
+            zones,
+            (replicas, standbys),
+            events,
+            spec,
+        )
+        .await
+    }
+
+    /// As [`System::start_on`], with `spec` merged into the job's spec last (each of its
+    /// fields replaces the default's, objects merged field by field).
+    pub async fn start_with(
+        prefix: &str,
+        first_address: u8,
+        zones: &[Option<&str>],
+        (replicas, standbys): (i32, i32),
+        events: u32,
+        spec: serde_json::Value,
     ) -> Self {
         let client = client().await;
         let namespace = namespace(&client, prefix).await;
@@ -122,7 +161,7 @@ impl System {
             node_agents.push(Process::spawn("node agent", &mut command, log));
             nodes.push(node);
         }
-        let operator = start_operator(&namespace, dir.path().join("operator.log"));
+        let operator = start_operator(&namespace, dir.path(), "operator1", &[]);
         let prefix_s3 = support::unique_name(prefix);
         let mut value = serde_json::to_value(job(NAME, &input, &prefix_s3)).unwrap();
         value["spec"]["replicas"] = serde_json::json!(replicas);
@@ -132,6 +171,7 @@ impl System {
             "nodeSelector": { group_label: group },
             "tolerations": [{ "key": taint_key, "operator": "Equal", "value": group, "effect": "NoSchedule" }],
         });
+        merge(&mut value["spec"], spec);
         let spec: StatefulStreamJob = serde_json::from_value(value).unwrap();
         produce_cards(&input, CARDS, 0..events);
         let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), &namespace);
@@ -146,6 +186,7 @@ impl System {
             dir,
             node_agents,
             operator: Some(operator),
+            spare: None,
             operators_started: 1,
         }
     }
@@ -153,13 +194,47 @@ impl System {
     /// Stops the operator (SIGTERM) and starts a new one, which leads once the old one's
     /// lease is released.
     pub fn restart_operator(&mut self) {
+        self.restart_operator_with(&[]);
+    }
+
+    /// [`System::restart_operator`], the new one with `env` (a failpoint, say).
+    pub fn restart_operator_with(&mut self, env: &[(&str, &str)]) {
         drop(self.operator.take());
         self.operators_started += 1;
-        let log = self
-            .dir
-            .path()
-            .join(format!("operator{}.log", self.operators_started));
-        self.operator = Some(start_operator(&self.namespace, log));
+        let identity = self.operator_identity();
+        self.operator = Some(start_operator(
+            &self.namespace,
+            self.dir.path(),
+            &identity,
+            env,
+        ));
+    }
+
+    /// The Lease identity of the operator started last by [`System::restart_operator`].
+    pub fn operator_identity(&self) -> String {
+        format!("operator{}", self.operators_started)
+    }
+
+    /// Starts a second operator (`spare`), which waits for the Lease.
+    pub fn start_spare_operator(&mut self) {
+        self.spare = Some(start_operator(
+            &self.namespace,
+            self.dir.path(),
+            "spare",
+            &[],
+        ));
+    }
+
+    /// How the operator started last ended, if it has.
+    pub fn operator_exit(&mut self) -> Option<std::process::ExitStatus> {
+        self.operator.as_mut()?.child.try_wait().unwrap()
+    }
+
+    /// Who holds the operators' Lease.
+    pub async fn lease_holder(&self) -> Option<String> {
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(self.client.clone(), &self.namespace);
+        super::process::holder(&leases).await
     }
 
     /// The generation each pod's worker says it has recorded.
@@ -349,6 +424,18 @@ impl System {
                 .delete(node, &DeleteParams::default())
                 .await;
         }
+    }
+}
+
+/// Merges `patch` into `value`: objects field by field, anything else replaced.
+fn merge(value: &mut serde_json::Value, patch: serde_json::Value) {
+    match (value, patch) {
+        (serde_json::Value::Object(value), serde_json::Value::Object(patch)) => {
+            for (key, field) in patch {
+                merge(value.entry(key).or_insert(serde_json::Value::Null), field);
+            }
+        }
+        (value, patch) => *value = patch,
     }
 }
 

@@ -9,7 +9,8 @@
 
 pub mod assignment;
 pub mod checkpoint;
-pub mod failpoint;
+/// Crash and stall points for the failure tests (shared with the operator).
+pub use streamkeeper_contract::failpoint;
 pub mod http;
 pub mod kafka_client;
 pub mod metrics;

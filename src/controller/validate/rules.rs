@@ -260,6 +260,17 @@ pub(super) fn non_empty(
     }
 }
 
+/// `spec.recovery.heartbeatTimeout`: at least 1 s (4 polls, each allowed 500 ms to answer),
+/// at most a minute (longer is the node controller's business).
+pub(super) fn heartbeat_timeout(text: &str) -> Result<Duration, InvalidSpec> {
+    let field = "spec.recovery.heartbeatTimeout";
+    let timeout = duration(field, text)?;
+    if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&timeout) {
+        return Err(InvalidSpec::rule(field, "must be between 1s and 60s"));
+    }
+    Ok(timeout)
+}
+
 pub(super) fn duration(field: &str, text: &str) -> Result<Duration, InvalidSpec> {
     parse_go_duration(text).map_err(|source| InvalidSpec::Duration {
         field: field.to_string(),

@@ -446,6 +446,26 @@ fn restore_requests_and_recovery_lag() {
 }
 
 #[test]
+fn the_heartbeat_timeout_defaults_to_2s_and_stays_within_1s_to_60s() {
+    let default = validate(&job_with(|_| {})).unwrap();
+    assert_eq!(default.heartbeat_timeout, Duration::from_secs(2));
+    let short = job_with(|job| job.spec.recovery.heartbeat_timeout = "1s".into());
+    assert_eq!(
+        validate(&short).unwrap().heartbeat_timeout,
+        Duration::from_secs(1)
+    );
+    for bad in ["500ms", "61s"] {
+        assert_refused(
+            |job| job.spec.recovery.heartbeat_timeout = bad.into(),
+            "spec.recovery.heartbeatTimeout",
+            &["between 1s and 60s"],
+        );
+    }
+    let error = refusal(|job| job.spec.recovery.heartbeat_timeout = "soon".into());
+    assert_eq!(error.field(), "spec.recovery.heartbeatTimeout");
+}
+
+#[test]
 fn sasl_plain_needs_tls() {
     let plain = |job: &mut StatefulStreamJob| {
         fixtures::with_kafka_security(job);

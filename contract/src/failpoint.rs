@@ -1,7 +1,8 @@
-//! Crash and stall points for the failure tests: `STREAMKEEPER_FAILPOINT=<name>:<n>` makes the
-//! process abort (as abruptly as kill -9: no destructors, no flush) the n-th time it passes the
-//! named point; `<name>:<n>:<ms>` instead stalls that thread for `ms` milliseconds, once (a
-//! frozen task: a GC pause, a stuck disk). Unset, a check is one relaxed atomic load.
+//! Crash and stall points for the failure tests of the worker and the operator:
+//! `STREAMKEEPER_FAILPOINT=<name>:<n>` makes the process abort (as abruptly as kill -9: no
+//! destructors, no flush) the n-th time it passes the named point; `<name>:<n>:<ms>` instead
+//! stalls that thread for `ms` milliseconds, once (a frozen task: a GC pause, a stuck disk).
+//! Unset, a check is one relaxed atomic load.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
