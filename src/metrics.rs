@@ -66,6 +66,11 @@ impl Metrics {
             "Failed reconciles, by error category",
             errors.clone(),
         );
+        // Each at 0 from the start: a series born at its first error is missing from queries
+        // and alerts until then, and `increase()` misses that error.
+        for category in crate::vocabulary::reasons::ERROR_CATEGORIES {
+            drop(errors.get_or_create(&CategoryLabels { category }));
+        }
         // 1 ms .. ~33 s.
         let duration = Histogram::new(exponential_buckets(0.001, 2.0, 16));
         r.register(
@@ -233,6 +238,7 @@ mod tests {
             "streamkeeper_operator_reconciles_total{outcome=\"success\"} 1",
             "streamkeeper_operator_reconciles_total{outcome=\"error\"} 1",
             "streamkeeper_operator_reconcile_errors_total{category=\"KafkaUnavailable\"} 1",
+            "streamkeeper_operator_reconcile_errors_total{category=\"S3Unavailable\"} 0",
             "streamkeeper_operator_reconcile_duration_seconds_count 2",
             "streamkeeper_operator_leader 1",
         ] {

@@ -70,6 +70,27 @@ pub mod reasons {
     pub const WORKER_TOKEN_UNUSABLE: &str = "WorkerTokenUnusable";
     // A write refused because this process no longer leads (metric label only)
     pub const NOT_LEADING: &str = "NotLeading";
+
+    /// Every reason an error's `category()` returns: the operator's error counter starts each at
+    /// 0 (a category missing here only appears at its first error).
+    pub const ERROR_CATEGORIES: [&str; 16] = [
+        API_ERROR,
+        CHANGELOG_DELETES_KEYS,
+        CHECKPOINT_TOO_OLD,
+        INPUT_TOPIC_MISSING,
+        INPUT_TRUNCATED,
+        INTERVAL_EXCEEDS_RETENTION,
+        INVALID_SPEC,
+        INVALID_TOPIC_CONFIG,
+        KAFKA_CREDENTIALS,
+        KAFKA_REFUSED,
+        KAFKA_UNAVAILABLE,
+        NOT_COMPACTED,
+        NOT_LEADING,
+        PARTITION_MISMATCH,
+        S3_UNAVAILABLE,
+        WORKER_TOKEN_UNUSABLE,
+    ];
     // Suspended
     pub const RUNNING: &str = "Running";
     pub const FINAL_CHECKPOINT: &str = "FinalCheckpoint";

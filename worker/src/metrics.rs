@@ -28,6 +28,15 @@ pub struct PhaseLabel {
     pub phase: String,
 }
 
+/// The values each reason-labelled counter of a task can take.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskReasons<'a> {
+    pub dead_letter: &'a [&'a str],
+    pub dropped: &'a [&'a str],
+    pub errors: &'a [&'a str],
+    pub repairs: &'a [&'a str],
+}
+
 /// Handles to every metric; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct WorkerMetrics {
@@ -300,6 +309,60 @@ impl WorkerMetrics {
         &self.families
     }
 
+    /// Starts every counter of `task` at 0, each reason-labelled one with each value in
+    /// `reasons`: a series that appears only at its first increment is missing from queries
+    /// and alerts until then, and `increase()` misses that increment.
+    pub fn start_task(&self, task: u32, reasons: &TaskReasons<'_>) {
+        let label = TaskLabel { task };
+        for family in [
+            &self.records_processed,
+            &self.transactions_committed,
+            &self.transactions_aborted,
+            &self.changelog_records_written,
+            &self.restore_records,
+            &self.restore_bytes,
+            &self.checkpoints,
+            &self.checkpoint_failures,
+            &self.checkpoint_fallbacks,
+            &self.checkpoint_uploaded_bytes,
+            &self.checkpoint_gc_deleted_objects,
+            &self.restore_download_bytes,
+            &self.input_records_lost,
+            &self.input_offset_refreshes,
+            &self.promotions,
+            &self.handoffs,
+        ] {
+            drop(family.get_or_create(&label));
+        }
+        let labelled = [
+            (&self.records_dead_lettered, reasons.dead_letter),
+            (&self.records_dropped, reasons.dropped),
+            (&self.task_errors, reasons.errors),
+            (&self.input_offset_repairs, reasons.repairs),
+        ];
+        for (family, values) in labelled {
+            for reason in values {
+                drop(family.get_or_create(&ReasonLabel {
+                    task,
+                    reason: (*reason).to_string(),
+                }));
+            }
+        }
+        for phase in [
+            TaskPhase::Created,
+            TaskPhase::Restoring,
+            TaskPhase::Running,
+            TaskPhase::Fenced,
+            TaskPhase::Failed,
+            TaskPhase::Stopped,
+        ] {
+            drop(self.phase_transitions.get_or_create(&PhaseLabel {
+                task,
+                phase: format!("{phase:?}"),
+            }));
+        }
+    }
+
     pub fn phase_transition(&self, task: u32, phase: TaskPhase) {
         self.phase_transitions
             .get_or_create(&PhaseLabel {
@@ -347,5 +410,47 @@ impl Registrar<'_> {
 impl Default for WorkerMetrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_started_task_exports_every_counter_at_zero_with_every_reason() {
+        let metrics = WorkerMetrics::new();
+        assert!(!metrics.encode().contains("task=\"3\""));
+        let reasons = TaskReasons {
+            dead_letter: &["not_json", "wrong_type"],
+            dropped: &["late"],
+            errors: &["kafka"],
+            repairs: &["missing"],
+        };
+        metrics.start_task(3, &reasons);
+        let text = metrics.encode();
+        for series in [
+            "streamkeeper_checkpoint_failures_total{task=\"3\"} 0",
+            "streamkeeper_transactions_aborted_total{task=\"3\"} 0",
+            "streamkeeper_dead_letter_records_total{task=\"3\",reason=\"wrong_type\"} 0",
+            "streamkeeper_dropped_records_total{task=\"3\",reason=\"late\"} 0",
+            "streamkeeper_task_errors_total{task=\"3\",reason=\"kafka\"} 0",
+            "streamkeeper_input_offset_repairs_total{task=\"3\",reason=\"missing\"} 0",
+            "streamkeeper_task_phase_transitions_total{task=\"3\",phase=\"Fenced\"} 0",
+        ] {
+            assert!(text.contains(series), "{series} in:\n{text}");
+        }
+        assert!(
+            !text.contains("streamkeeper_checkpoint_age_seconds{task=\"3\"}"),
+            "no gauge made up"
+        );
+        // Started again (a restarted slot), nothing is reset.
+        metrics.task_error(3, "kafka");
+        metrics.start_task(3, &reasons);
+        assert!(
+            metrics
+                .encode()
+                .contains("streamkeeper_task_errors_total{task=\"3\",reason=\"kafka\"} 1")
+        );
     }
 }

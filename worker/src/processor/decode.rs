@@ -66,6 +66,16 @@ pub enum DecodeError {
 }
 
 impl DecodeError {
+    /// Every [`DecodeError::reason`], so the metrics can start each at 0.
+    pub const REASONS: [&'static str; 6] = [
+        "not_json",
+        "not_an_object",
+        "missing_field",
+        "wrong_type",
+        "bad_timestamp",
+        "event_time_too_far_ahead",
+    ];
+
     /// A stable machine-readable reason, used as the dead-letter header value and the metric
     /// label. Never change an existing string: dashboards and consumers match on it.
     pub fn reason(&self) -> &'static str {
@@ -280,7 +290,13 @@ mod tests {
         ];
         for (raw, want) in cases {
             assert_eq!(reason_of(raw).0, want, "{raw}");
+            assert!(DecodeError::REASONS.contains(&want), "{want} is listed");
         }
+        let too_far = DecodeError::EventTimeTooFarAhead {
+            event_time_ms: 0,
+            record_timestamp_ms: 0,
+        };
+        assert!(DecodeError::REASONS.contains(&too_far.reason()));
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub enum DropReason {
 }
 
 impl DropReason {
+    pub const ALL: [DropReason; 2] = [DropReason::Late, DropReason::Duplicate];
+
     /// Stable label for metrics and logs.
     pub fn as_str(&self) -> &'static str {
         match self {

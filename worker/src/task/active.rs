@@ -4,7 +4,7 @@
 //! overlay and the offsets to RocksDB in one atomic write. Local state therefore never holds an
 //! uncommitted change, and a restart needs only a delta replay.
 
-use super::dead_letter::DeadLetter;
+use super::dead_letter::{self, DeadLetter};
 use super::fence;
 use super::input_position::{self, InputFacts, InputStart};
 use super::partition_of;
@@ -335,7 +335,7 @@ impl<'a> ActiveLoop<'a> {
                 }
                 return Ok(());
             }
-            Ok(Err(oversized)) => ("derived-record-too-large", oversized.to_string()),
+            Ok(Err(oversized)) => (dead_letter::OVERSIZED, oversized.to_string()),
             Err(ProcessError::BadRecord(reason)) => (reason.reason(), reason.to_string()),
             Err(other) => return Err(TaskError::Process(other)),
         };

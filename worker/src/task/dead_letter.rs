@@ -4,7 +4,16 @@
 //! find the original).
 
 use super::record_size;
+use crate::processor::decode::DecodeError;
 use rdkafka::message::{Header, OwnedHeaders};
+
+/// The reason of a record whose output would not fit in a Kafka record.
+pub const OVERSIZED: &str = "derived-record-too-large";
+
+/// Every reason a record is dead-lettered for.
+pub fn reasons() -> impl Iterator<Item = &'static str> {
+    DecodeError::REASONS.into_iter().chain([OVERSIZED])
+}
 
 /// Why a record goes to the dead-letter topic and where it came from.
 pub struct DeadLetter<'a> {

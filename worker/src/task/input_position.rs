@@ -74,6 +74,12 @@ pub enum Disagreement {
 }
 
 impl Disagreement {
+    pub const ALL: [Disagreement; 3] = [
+        Disagreement::Missing,
+        Disagreement::Behind,
+        Disagreement::Ahead,
+    ];
+
     /// The metric label.
     pub fn as_str(self) -> &'static str {
         match self {

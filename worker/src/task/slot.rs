@@ -75,6 +75,7 @@ pub struct TaskSlot {
 impl TaskSlot {
     /// Starts task `task`'s thread in `role`.
     pub fn start(context: &WorkerContext, task: u32, role: Role, generation: u64) -> Self {
+        start_metrics(context, task);
         let cell = Arc::new(RoleCell {
             wanted: Mutex::new(Wanted {
                 role,
@@ -255,4 +256,20 @@ pub(super) fn outcome_of(store: &RocksStore) -> OpenOutcome {
         .metadata()
         .map(OpenOutcome::Valid)
         .unwrap_or(OpenOutcome::Empty)
+}
+
+/// Starts the task's counters at 0, with every reason they can be counted for.
+fn start_metrics(context: &WorkerContext, task: u32) {
+    let dead_letter: Vec<&str> = super::dead_letter::reasons().collect();
+    let dropped = crate::processor::DropReason::ALL.map(|r| r.as_str());
+    let repairs = super::input_position::Disagreement::ALL.map(|d| d.as_str());
+    context.metrics.start_task(
+        task,
+        &crate::metrics::TaskReasons {
+            dead_letter: &dead_letter,
+            dropped: &dropped,
+            errors: &super::TaskError::CATEGORIES,
+            repairs: &repairs,
+        },
+    );
 }
