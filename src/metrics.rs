@@ -104,13 +104,13 @@ impl Metrics {
             detection.clone(),
         );
         let failover = Histogram::new(exponential_buckets(0.05, 2.0, 12));
-        registry.register(
+        r.register(
             "failover_seconds",
             "From a promoted task's old owner's last answer to its new owner's first commit",
             failover.clone(),
         );
         let handoff_stall = Histogram::new(exponential_buckets(0.05, 2.0, 12));
-        registry.register(
+        r.register(
             "handoff_seconds",
             "From the decision that handed a task off to its new owner's first commit",
             handoff_stall.clone(),

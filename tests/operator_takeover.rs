@@ -79,7 +79,10 @@ async fn a_leader_that_dies_mid_failover_leaves_the_next_leader_to_finish_it() {
         }
     }
     let lost = before.active_tasks_of(&victim).count();
-    assert!(balanced <= lost, "{balanced} balance moves for {lost} tasks lost: {after:?}");
+    assert!(
+        balanced <= lost,
+        "{balanced} balance moves for {lost} tasks lost: {after:?}"
+    );
 
     producing.finish();
     system
