@@ -2,10 +2,9 @@
 //! local node agent (`streamkeeper-local-node`, which maps the operator and worker images to the
 //! binaries cargo built and gives each pod its ServiceAccount's token): the chart's operator
 //! takes its Lease, runs a job whose workers count exactly once; `helm upgrade` rolls the
-//! operator and the new one takes over; a worker pod force-deleted mid-stream has its tasks
-//! moved to their standbys with the output still exact, as status and Events show; `helm
-//! uninstall` removes the operator and leaves the job, its StatefulSet, volumes, changelog and
-//! checkpoints alone.
+//! operator and the new one takes over; a worker pod force-deleted mid-stream is recovered with
+//! the output still exact, as status and Events show; `helm uninstall` removes the operator and leaves the
+//! job, its StatefulSet, volumes, changelog and checkpoints alone.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod chart_support;
@@ -103,32 +102,23 @@ async fn leader(client: &kube::Client, namespace: &str, lease: &str) -> Option<S
         .then_some(holder)
 }
 
-/// The notes of the job's `Promoted` and `HandedOff` Events (a task's active copy moved).
-async fn move_events(client: &kube::Client, namespace: &str, job: &str) -> Vec<String> {
+/// How many `TasksNotRunning` and `AllTasksRunning` Events the job has had (the Ready
+/// condition's transitions).
+async fn ready_events(client: &kube::Client, namespace: &str, job: &str) -> (i32, i32) {
     let events = Api::<Event>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await
         .unwrap();
-    events
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(job))
-        .filter(|e| matches!(e.reason.as_deref(), Some("Promoted" | "HandedOff")))
-        .filter_map(|e| e.note)
-        .collect()
-}
-
-/// The tasks the job's stored assignment gives `pod` as their active owner.
-async fn active_tasks_of(client: &kube::Client, namespace: &str, job: &str, pod: &str) -> Vec<u32> {
-    use k8s_openapi::api::core::v1::ConfigMap;
-    use streamkeeper_contract::{AssignmentDocument, Versioned};
-    let map = Api::<ConfigMap>::namespaced(client.clone(), namespace)
-        .get(&format!("{job}-assignment"))
-        .await
-        .unwrap();
-    let text = map.data.unwrap().remove("assignment.json").unwrap();
-    let document = AssignmentDocument::from_json(text.as_bytes()).unwrap();
-    document.active_tasks_of(pod).collect()
+    let count = |reason: &str| {
+        events
+            .items
+            .iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(job))
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+            .sum()
+    };
+    (count("TasksNotRunning"), count("AllTasksRunning"))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -168,7 +158,6 @@ async fn helm_installs_a_working_operator_upgrades_it_and_uninstalls_it_leaving_
     let name = "cards";
     let mut job = serde_json::to_value(operator_support::job(name, &input, &prefix)).unwrap();
     job["spec"]["checkpoint"]["interval"] = "5s".into();
-    job["spec"]["standbyReplicas"] = 1.into();
     job["spec"]["pod"] = serde_json::json!({
         "nodeSelector": {"kubernetes.io/hostname": node},
         "tolerations": [{"key": TAINT_KEY, "operator": "Equal", "value": node, "effect": "NoSchedule"}],
@@ -258,16 +247,12 @@ async fn helm_installs_a_working_operator_upgrades_it_and_uninstalls_it_leaving_
     )
     .await;
 
-    // The scenario of tests/e2e/kind.sh: a worker pod force-deleted mid-stream; its tasks move
-    // to their standbys, the output stays exact, and status and Events show the move.
+    // The scenario of tests/e2e/kind.sh: a worker pod force-deleted mid-stream; the output
+    // stays exact and status and Events show the recovery.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let victim = format!("{name}-0");
     let victim_uid = pods.get(&victim).await.unwrap().metadata.uid;
-    let moved = wait_until(&format!("{victim} owning a task"), async || {
-        let tasks = active_tasks_of(&client, &ns, name, &victim).await;
-        (!tasks.is_empty()).then_some(tasks)
-    })
-    .await;
+    let before = ready_events(&client, &ns, name).await;
     let producing = {
         let input = input.clone();
         std::thread::spawn(move || produce_cards(&input, CARDS, 300..400))
@@ -287,40 +272,28 @@ async fn helm_installs_a_working_operator_upgrades_it_and_uninstalls_it_leaving_
         exact_output(&output, PARTITIONS, 400)
     })
     .await;
-    // Ready again, and the status names each move off the deleted pod, timed to the new
-    // owner's first commit.
-    let moves = wait_until("the job Ready again, the moves in its status", async || {
+    let recovered = wait_until("the job Ready again after the kill", async || {
         let job = jobs.get(name).await.unwrap();
-        let tasks = job.status.as_ref().filter(|_| ready(&job))?.tasks.clone();
-        moved
-            .iter()
-            .map(|task| {
-                let status = tasks.get(*task as usize)?;
-                [&status.last_promotion, &status.last_handoff]
-                    .into_iter()
-                    .flatten()
-                    .find(|m| m.from == victim && m.first_commit_seconds.is_some())
-                    .cloned()
-            })
-            .collect::<Option<Vec<_>>>()
+        ready(&job).then_some(job)
     })
     .await;
-    for (task, last) in moved.iter().zip(&moves) {
-        eprintln!(
-            "task {task}: {} from {} to {}, first commit {:?} s after the decision",
-            last.reason, last.from, last.to, last.first_commit_seconds
-        );
-    }
-    let notes = move_events(&client, &ns, name).await;
-    for task in &moved {
-        let named = notes
-            .iter()
-            .any(|note| note.starts_with(&format!("task {task}:")) && note.contains(&victim));
-        assert!(
-            named,
-            "an Event names the move of task {task} off {victim}: {notes:?}"
-        );
-    }
+    let restored: Vec<_> = recovered
+        .status
+        .unwrap()
+        .tasks
+        .into_iter()
+        .filter(|task| task.owner.as_deref() == Some(victim.as_str()))
+        .map(|task| task.restore.and_then(|r| r.source))
+        .collect();
+    assert!(
+        !restored.is_empty() && restored.iter().all(Option::is_some),
+        "the tasks of the deleted pod report their restore: {restored:?}"
+    );
+    wait_until("Events of the lost and recovered tasks", async || {
+        let (lost, back) = ready_events(&client, &ns, name).await;
+        (lost > before.0 && back > before.1).then_some(())
+    })
+    .await;
     let checkpoints = wait_until("a checkpoint in S3", async || {
         let listed = s3_client()
             .list_objects_v2()
