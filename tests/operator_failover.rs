@@ -17,8 +17,7 @@
 
 mod operator_support;
 
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use operator_support::failover::*;
 use std::time::Duration;
 use streamkeeper::api::StatefulStreamJob;
@@ -68,16 +67,7 @@ async fn a_killed_pods_tasks_are_promoted_on_their_standbys_within_the_bound() {
     system
         .recovered_exactly(std::slice::from_ref(&victim), 5_000)
         .await;
-    let events: Api<Event> = Api::namespaced(system.client.clone(), &system.namespace);
-    let promoted: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("Promoted"))
-        .filter_map(|e| e.note)
-        .collect();
+    let promoted = system.promoted_notes().await;
     assert!(
         promoted.iter().any(|m| m.starts_with("task 0:")),
         "a Promoted Event names task 0: {promoted:?}"
@@ -157,17 +147,7 @@ async fn a_frozen_owner_is_found_by_its_silence_fenced_and_holds_a_copy_again() 
     system
         .recovered_exactly(std::slice::from_ref(&victim), 5_000)
         .await;
-    let jobs: Api<StatefulStreamJob> = Api::namespaced(system.client.clone(), &system.namespace);
-    let promotion = wait_until("the status shows the promotion", async || {
-        let status = jobs.get(system.name).await.ok()?.status?;
-        let promotion = status.tasks.first()?.last_promotion.clone()?;
-        promotion
-            .first_commit_seconds
-            .is_some()
-            .then_some(promotion)
-    })
-    .await;
-    eprintln!("task 0's last promotion in the status: {promotion:?}");
+    let promotion = system.timed_promotion(0).await;
     assert_eq!(
         (promotion.from.as_str(), promotion.to.as_str()),
         (victim.as_str(), new_owner.as_str())

@@ -11,12 +11,9 @@
 
 mod operator_support;
 
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams};
 use operator_support::failover::*;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
-use streamkeeper::api::StatefulStreamJob;
 
 /// The spare takes the Lease once the dead leader's has gone unrenewed for its duration (6 s)
 /// and its next attempt comes (1 s); then the failover bound of the standby issue.
@@ -90,32 +87,13 @@ async fn a_leader_that_dies_mid_failover_leaves_the_next_leader_to_finish_it() {
         .await;
 
     // The dead leader reported nothing; the next one did, from the stored record.
-    let events: Api<Event> = Api::namespaced(system.client.clone(), &system.namespace);
-    let promoted: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("Promoted"))
-        .filter_map(|e| e.note)
-        .collect();
+    let promoted = system.promoted_notes().await;
     let expected = format!("task 0: {new_owner} took over from {victim}");
     assert!(
         promoted.iter().any(|note| note.starts_with(&expected)),
         "a Promoted Event names task 0's move: {promoted:?}"
     );
-    let jobs: Api<StatefulStreamJob> = Api::namespaced(system.client.clone(), &system.namespace);
-    let promotion = wait_until("the status shows the promotion, timed", async || {
-        let status = jobs.get(system.name).await.ok()?.status?;
-        let promotion = status.tasks.first()?.last_promotion.clone()?;
-        promotion
-            .first_commit_seconds
-            .is_some()
-            .then_some(promotion)
-    })
-    .await;
-    eprintln!("task 0's last promotion in the status: {promotion:?}");
+    let promotion = system.timed_promotion(0).await;
     assert_eq!(
         (promotion.from.as_str(), promotion.to.as_str()),
         (victim.as_str(), new_owner.as_str())

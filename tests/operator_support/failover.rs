@@ -414,6 +414,38 @@ impl System {
         .await
     }
 
+    /// The notes of the job's `Promoted` Events.
+    pub async fn promoted_notes(&self) -> Vec<String> {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.client.clone(), &self.namespace);
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("Promoted"))
+            .filter_map(|e| e.note)
+            .collect()
+    }
+
+    /// Waits until the status shows `task`'s last promotion timed to its new owner's first
+    /// commit; that promotion.
+    pub async fn timed_promotion(&self, task: usize) -> streamkeeper::api::TaskMove {
+        let jobs: Api<StatefulStreamJob> = Api::namespaced(self.client.clone(), &self.namespace);
+        let promotion = wait_until("the status shows the promotion, timed", async || {
+            let status = jobs.get(self.name).await.ok()?.status?;
+            let promotion = status.tasks.get(task)?.last_promotion.clone()?;
+            promotion
+                .first_commit_seconds
+                .is_some()
+                .then_some(promotion)
+        })
+        .await;
+        eprintln!("task {task}'s last promotion in the status: {promotion:?}");
+        promotion
+    }
+
     /// Deletes the job, the namespace and the node.
     pub async fn clean_up(self) {
         let jobs: Api<StatefulStreamJob> = Api::namespaced(self.client.clone(), &self.namespace);
