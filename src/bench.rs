@@ -12,7 +12,7 @@ use crate::controller::{Context, Settings};
 use crate::metrics::Metrics;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 use std::sync::Arc;
@@ -193,16 +193,13 @@ pub async fn run(client: Client, settings: BenchSettings) -> Result<BenchResult,
             .await?;
         names.push(created.name_any());
     }
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "streamkeeper-operator".into(),
-            instance: Some("bench".into()),
-        },
-    );
+    let reporter = Reporter {
+        controller: "streamkeeper-operator".into(),
+        instance: Some("bench".into()),
+    };
     let ctx = Arc::new(Context::new(
         client.clone(),
-        recorder,
+        reporter,
         Arc::new(Metrics::new()),
         Settings::default(),
     ));

@@ -2,7 +2,7 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -350,17 +350,14 @@ async fn lead(
     identity: String,
     stop: &watch::Receiver<bool>,
 ) -> Result<(), RunError> {
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "streamkeeper-operator".into(),
-            instance: Some(identity),
-        },
-    );
+    let reporter = Reporter {
+        controller: "streamkeeper-operator".into(),
+        instance: Some(identity),
+    };
     let ctx = Arc::new(
         Context::new(
             client,
-            recorder,
+            reporter,
             Arc::clone(metrics),
             Settings {
                 final_checkpoint_timeout: Duration::from_secs(

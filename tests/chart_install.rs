@@ -2,9 +2,10 @@
 //! local node agent (`streamkeeper-local-node`, which maps the operator and worker images to the
 //! binaries cargo built and gives each pod its ServiceAccount's token): the chart's operator
 //! takes its Lease, runs a job whose workers count exactly once; `helm upgrade` rolls the
-//! operator and the new one takes over; a worker pod force-deleted mid-stream is recovered with
-//! the output still exact, as status and Events show; `helm uninstall` removes the operator and leaves the
-//! job, its StatefulSet, volumes, changelog and checkpoints alone.
+//! operator and the new one takes over; a worker pod force-deleted mid-stream has its tasks
+//! moved to their standbys with the output still exact, as status and Events show; `helm
+//! uninstall` removes the operator and leaves the job, its StatefulSet, volumes, changelog and
+//! checkpoints alone.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod chart_support;
@@ -102,23 +103,84 @@ async fn leader(client: &kube::Client, namespace: &str, lease: &str) -> Option<S
         .then_some(holder)
 }
 
-/// How many `TasksNotRunning` and `AllTasksRunning` Events the job has had (the Ready
-/// condition's transitions).
-async fn ready_events(client: &kube::Client, namespace: &str, job: &str) -> (i32, i32) {
+/// The notes of the job's `Promoted` and `HandedOff` Events (a task's active copy moved).
+async fn move_events(client: &kube::Client, namespace: &str, job: &str) -> Vec<String> {
     let events = Api::<Event>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await
         .unwrap();
-    let count = |reason: &str| {
-        events
-            .items
-            .iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(job))
-            .filter(|e| e.reason.as_deref() == Some(reason))
-            .map(|e| e.series.as_ref().map_or(1, |s| s.count))
-            .sum()
+    events
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(job))
+        .filter(|e| matches!(e.reason.as_deref(), Some("Promoted" | "HandedOff")))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+/// The tasks the job's stored assignment gives `pod` as their active owner.
+async fn active_tasks_of(client: &kube::Client, namespace: &str, job: &str, pod: &str) -> Vec<u32> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use streamkeeper_contract::{AssignmentDocument, Versioned};
+    let map = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .get(&format!("{job}-assignment"))
+        .await
+        .unwrap();
+    let text = map.data.unwrap().remove("assignment.json").unwrap();
+    let document = AssignmentDocument::from_json(text.as_bytes()).unwrap();
+    document.active_tasks_of(pod).collect()
+}
+
+/// Every task of the job runs (`readyTasks` is all of them).
+fn ready(job: &StatefulStreamJob) -> bool {
+    job.status.as_ref().and_then(|s| s.ready_tasks.as_deref())
+        == Some(&format!("{PARTITIONS}/{PARTITIONS}"))
+}
+
+/// Every pod of the job's StatefulSet runs its update revision, and the job is Ready with a
+/// warm standby for every task.
+async fn rolled_out(client: &kube::Client, namespace: &str, job: &str) -> bool {
+    let set = Api::<StatefulSet>::namespaced(client.clone(), namespace)
+        .get(job)
+        .await
+        .unwrap();
+    let replicas = set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let Some(revision) = set.status.and_then(|s| s.update_revision) else {
+        return false;
     };
-    (count("TasksNotRunning"), count("AllTasksRunning"))
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let workers: Vec<_> = pods
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(&format!("{job}-")))
+        })
+        .collect();
+    let updated = i32::try_from(workers.len()) == Ok(replicas)
+        && workers.iter().all(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("controller-revision-hash"))
+                    == Some(&revision)
+        });
+    let job = Api::<StatefulStreamJob>::namespaced(client.clone(), namespace)
+        .get(job)
+        .await
+        .unwrap();
+    let standbys_ready = job.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "StandbysReady" && c.status == "True")
+    });
+    updated && ready(&job) && standbys_ready
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -126,7 +188,12 @@ async fn helm_installs_a_working_operator_upgrades_it_and_uninstalls_it_leaving_
     let client = client().await;
     let ns = namespace(&client, "chart-install").await;
     let node = support::unique_name("sk-chart-node");
-    let dir = tempfile::tempdir().unwrap();
+    let mut dir = tempfile::tempdir().unwrap();
+    // SK_KEEP_LOGS keeps the node agent's and the pods' logs.
+    if std::env::var_os("SK_KEEP_LOGS").is_some() {
+        dir.disable_cleanup(true);
+        eprintln!("logs kept in {}", dir.path().display());
+    }
     let _agent = start_node(&node, &ns, dir.path());
     let release = "streamkeeper";
     let lease = release; // the release's full name: "streamkeeper" already names the chart
@@ -158,6 +225,7 @@ async fn helm_installs_a_working_operator_upgrades_it_and_uninstalls_it_leaving_
     let name = "cards";
     let mut job = serde_json::to_value(operator_support::job(name, &input, &prefix)).unwrap();
     job["spec"]["checkpoint"]["interval"] = "5s".into();
+    job["spec"]["standbyReplicas"] = 1.into();
     job["spec"]["pod"] = serde_json::json!({
         "nodeSelector": {"kubernetes.io/hostname": node},
         "tolerations": [{"key": TAINT_KEY, "operator": "Equal", "value": node, "effect": "NoSchedule"}],
@@ -166,10 +234,6 @@ async fn helm_installs_a_working_operator_upgrades_it_and_uninstalls_it_leaving_
     let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), &ns);
     produce_cards(&input, CARDS, 0..300);
     jobs.create(&PostParams::default(), &job).await.unwrap();
-    let ready = |job: &StatefulStreamJob| {
-        job.status.as_ref().and_then(|s| s.ready_tasks.as_deref())
-            == Some(&format!("{PARTITIONS}/{PARTITIONS}"))
-    };
     wait_until(
         "the chart's operator running the job's workers",
         async || ready(&jobs.get(name).await.unwrap()).then_some(()),
@@ -247,12 +311,24 @@ async fn helm_installs_a_working_operator_upgrades_it_and_uninstalls_it_leaving_
     )
     .await;
 
-    // The scenario of tests/e2e/kind.sh: a worker pod force-deleted mid-stream; the output
-    // stays exact and status and Events show the recovery.
+    // The spec change rolls the workers one pod at a time; the kill comes once that is over
+    // (a kill during the roll may find the pod's tasks already handed off, so nothing moves).
+    wait_until(
+        "the workers rolled out, every task with a warm standby",
+        async || rolled_out(&client, &ns, name).await.then_some(()),
+    )
+    .await;
+
+    // The scenario of tests/e2e/kind.sh: a worker pod force-deleted mid-stream; its tasks move
+    // to their standbys, the output stays exact, and status and Events show the move.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let victim = format!("{name}-0");
     let victim_uid = pods.get(&victim).await.unwrap().metadata.uid;
-    let before = ready_events(&client, &ns, name).await;
+    let moved = wait_until(&format!("{victim} owning a task"), async || {
+        let tasks = active_tasks_of(&client, &ns, name, &victim).await;
+        (!tasks.is_empty()).then_some(tasks)
+    })
+    .await;
     let producing = {
         let input = input.clone();
         std::thread::spawn(move || produce_cards(&input, CARDS, 300..400))
@@ -272,28 +348,40 @@ async fn helm_installs_a_working_operator_upgrades_it_and_uninstalls_it_leaving_
         exact_output(&output, PARTITIONS, 400)
     })
     .await;
-    let recovered = wait_until("the job Ready again after the kill", async || {
+    // Ready again, and the status names each move off the deleted pod, timed to the new
+    // owner's first commit.
+    let moves = wait_until("the job Ready again, the moves in its status", async || {
         let job = jobs.get(name).await.unwrap();
-        ready(&job).then_some(job)
+        let tasks = job.status.as_ref().filter(|_| ready(&job))?.tasks.clone();
+        moved
+            .iter()
+            .map(|task| {
+                let status = tasks.get(*task as usize)?;
+                [&status.last_promotion, &status.last_handoff]
+                    .into_iter()
+                    .flatten()
+                    .find(|m| m.from == victim && m.first_commit_seconds.is_some())
+                    .cloned()
+            })
+            .collect::<Option<Vec<_>>>()
     })
     .await;
-    let restored: Vec<_> = recovered
-        .status
-        .unwrap()
-        .tasks
-        .into_iter()
-        .filter(|task| task.owner.as_deref() == Some(victim.as_str()))
-        .map(|task| task.restore.and_then(|r| r.source))
-        .collect();
-    assert!(
-        !restored.is_empty() && restored.iter().all(Option::is_some),
-        "the tasks of the deleted pod report their restore: {restored:?}"
-    );
-    wait_until("Events of the lost and recovered tasks", async || {
-        let (lost, back) = ready_events(&client, &ns, name).await;
-        (lost > before.0 && back > before.1).then_some(())
-    })
-    .await;
+    for (task, last) in moved.iter().zip(&moves) {
+        eprintln!(
+            "task {task}: {} from {} to {}, first commit {:?} s after the decision",
+            last.reason, last.from, last.to, last.first_commit_seconds
+        );
+    }
+    let notes = move_events(&client, &ns, name).await;
+    for task in &moved {
+        let named = notes
+            .iter()
+            .any(|note| note.starts_with(&format!("task {task}:")) && note.contains(&victim));
+        assert!(
+            named,
+            "an Event names the move of task {task} off {victim}: {notes:?}"
+        );
+    }
     let checkpoints = wait_until("a checkpoint in S3", async || {
         let listed = s3_client()
             .list_objects_v2()

@@ -10,6 +10,11 @@
 //! silence instead; its tasks move within [`FROZEN_BOUND`], and once it runs again it is fenced:
 //! the output stays exact and it holds a copy again.
 //!
+//! A pod force-deleted mid-stream (`kubectl delete pod --force --grace-period=0`) is recreated
+//! under the same name and address at once, and its new worker may answer before any poll
+//! finds the port closed; its tasks still move to their standbys, as `Promoted` Events and the
+//! status say, and the output stays exact.
+//!
 //! A stored assignment that is lost (deleted, or unreadable as here) while the operator is down
 //! does not wedge the job: the next leader starts above the generation the workers recorded,
 //! which they take.
@@ -157,6 +162,58 @@ async fn a_frozen_owner_is_found_by_its_silence_fenced_and_holds_a_copy_again() 
     assert!(
         (2.0..3.0).contains(&detection),
         "detected after {detection} s of silence"
+    );
+    system.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_force_deleted_pods_tasks_are_promoted_although_it_is_recreated_at_once() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::DeleteParams;
+    let system = System::start("op-deleted", 250, 3, 1, 2_000).await;
+    let before = system.settled(1).await;
+    let victim = before.tasks[0].active.clone().unwrap();
+    let owned: Vec<u32> = before.active_tasks_of(&victim).collect();
+
+    let producing = produce_in_background(&system.input, 2_000, 30);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pods: Api<Pod> = Api::namespaced(system.client.clone(), &system.namespace);
+    let deleted = std::time::Instant::now();
+    pods.delete(&victim, &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let (new_owner, took) = system.new_owner_of(0, &victim, deleted).await;
+    eprintln!(
+        "force-delete of {victim}: task 0 committed on {new_owner} {:.3} s later",
+        took.as_secs_f64()
+    );
+    assert_eq!(
+        Some(&new_owner),
+        before.tasks[0].standbys.first(),
+        "the standby took over, not the recreated pod"
+    );
+    assert!(
+        took <= FAILOVER_BOUND,
+        "{took:?} (bound {FAILOVER_BOUND:?})"
+    );
+
+    producing.finish();
+    system
+        .recovered_exactly(std::slice::from_ref(&victim), 5_000)
+        .await;
+    let promoted = system.promoted_notes().await;
+    for task in &owned {
+        assert!(
+            promoted
+                .iter()
+                .any(|note| note.starts_with(&format!("task {task}:")) && note.contains(&victim)),
+            "a Promoted Event names task {task}'s move off {victim}: {promoted:?}"
+        );
+    }
+    let promotion = system.timed_promotion(0).await;
+    assert_eq!(
+        (promotion.from.as_str(), promotion.to.as_str()),
+        (victim.as_str(), new_owner.as_str())
     );
     system.clean_up().await;
 }

@@ -67,6 +67,7 @@ fn decide(
         current,
         standby_replicas: 1,
         acceptable_recovery_lag: 10_000,
+        balance: true,
         newest_recorded_generation: 0,
     });
     (doc, started.elapsed())

@@ -11,7 +11,8 @@
 //!   `acceptable_recovery_lag`, as Kafka Streams' KIP-441 does). Until such a copy exists, the
 //!   target pod gets a warm-up standby instead;
 //! - balanced: active counts differ by at most one task between pods, once copies are warm;
-//! - a lost pod's active tasks go to their warmest copies, and nothing else moves.
+//! - a lost pod's active tasks go to their warmest copies, and nothing else moves;
+//! - held balance (`balance: false`) moves no task that is served, and still warms copies.
 //!
 //! Speed matters: the operator runs this on the failover path. Tasks whose current copies are
 //! still valid are kept without looking at other pods, so a decision after one lost pod costs
@@ -53,6 +54,11 @@ pub struct AssignmentFacts<'a> {
     pub standby_replicas: u32,
     /// A copy at most this far behind may take over a task that is not failing.
     pub acceptable_recovery_lag: i64,
+    /// Whether tasks may move now only to even out the load. When not, nothing moves for
+    /// balance, but warm-up copies are still placed where tasks should go: the operator holds
+    /// balance just after a failover, so a pod that comes back warm does not take a task
+    /// straight back from its new owner (two stalls for one failure).
+    pub balance: bool,
     /// The newest generation any worker has recorded. A job without a document in force (its
     /// stored one was deleted or does not parse) starts above it: a worker never acts on an
     /// older generation than one it has recorded.
@@ -269,15 +275,19 @@ impl Plan {
             if serving.is_empty() {
                 return;
             }
-            let warm_move = serving.iter().copied().find_map(|task| {
-                self.lag[task]
-                    .keys()
-                    .copied()
-                    .filter(|&pod| pod != busiest && load[pod] <= limit)
-                    .filter(|&pod| self.caught_up(facts, task, pod))
-                    .min_by_key(|&pod| (load[pod], pod))
-                    .map(|pod| (task, pod))
-            });
+            let warm_move = serving
+                .iter()
+                .copied()
+                .filter(|_| facts.balance)
+                .find_map(|task| {
+                    self.lag[task]
+                        .keys()
+                        .copied()
+                        .filter(|&pod| pod != busiest && load[pod] <= limit)
+                        .filter(|&pod| self.caught_up(facts, task, pod))
+                        .min_by_key(|&pod| (load[pod], pod))
+                        .map(|pod| (task, pod))
+                });
             let target = match warm_move {
                 Some((task, pod)) => {
                     self.set_active(task, pod);

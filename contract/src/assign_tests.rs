@@ -49,6 +49,7 @@ fn decide(
         current,
         standby_replicas: standbys,
         acceptable_recovery_lag: 100,
+        balance: true,
         newest_recorded_generation: 0,
     })
 }
@@ -230,6 +231,39 @@ fn a_task_still_being_taken_over_is_not_moved_on_to_even_out_the_load() {
 }
 
 #[test]
+fn held_balance_leaves_a_returning_pod_without_tasks_and_still_warms_its_copies() {
+    // job-1 came back after its tasks failed over to job-0; its standby copies are warm.
+    let two = pods(2, 2, 0);
+    let current = AssignmentDocument {
+        version: 1,
+        generation: 9,
+        tasks: (0..4)
+            .map(|task| TaskAssignment {
+                task,
+                active: Some("job-0".into()),
+                standbys: vec!["job-1".into()],
+            })
+            .collect(),
+    };
+    let copies = warm_copies(&current);
+    let held = next_assignment(AssignmentFacts {
+        tasks: 4,
+        pods: &two,
+        copies: &copies,
+        current: Some(&current),
+        standby_replicas: 1,
+        acceptable_recovery_lag: 100,
+        balance: false,
+        newest_recorded_generation: 0,
+    });
+    assert_eq!(held.active_tasks_of("job-1").count(), 0, "{held:?}");
+    assert_eq!(held.standby_tasks_of("job-1").count(), 4, "standbys placed");
+    // Once balance is allowed, the warm copies take their share.
+    let balanced = decide(4, &two, &warm_copies(&held), Some(&held), 1);
+    assert_eq!(balanced.active_tasks_of("job-1").count(), 2, "{balanced:?}");
+}
+
+#[test]
 fn no_pods_leaves_every_task_unassigned() {
     let doc = decide(3, &[], &BTreeMap::new(), None, 1);
     assert!(
@@ -323,6 +357,7 @@ fn without_a_document_in_force_the_generation_starts_above_any_a_worker_recorded
         current: None,
         standby_replicas: 1,
         acceptable_recovery_lag: 100,
+        balance: true,
         newest_recorded_generation: 17,
     });
     assert_eq!(after_loss.generation, 18);
@@ -336,6 +371,7 @@ fn without_a_document_in_force_the_generation_starts_above_any_a_worker_recorded
         current: Some(&fresh),
         standby_replicas: 1,
         acceptable_recovery_lag: 100,
+        balance: true,
         newest_recorded_generation: 17,
     });
     assert_eq!(lifted.generation, 18);

@@ -25,6 +25,12 @@ pub struct TaskReportsDocument {
     /// never acts on an older generation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<u64>,
+    /// Names the worker process, fresh at each start. An answer under another name than the
+    /// last one means the process that ran the pod's tasks is gone, even when the restart was
+    /// too quick for the operator to find the port closed: a pod force-deleted and recreated
+    /// under the same name and address answers again within a poll.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<String>,
 }
 
 impl TaskReportsDocument {
@@ -34,6 +40,15 @@ impl TaskReportsDocument {
             tasks,
             stopping: false,
             generation: None,
+            process: None,
+        }
+    }
+
+    /// The same reports, answered by the process named `process`.
+    pub fn answered_by(self, process: &str) -> Self {
+        Self {
+            process: Some(process.to_string()),
+            ..self
         }
     }
 
@@ -321,6 +336,17 @@ mod tests {
             TaskReportsDocument::from_json(older).unwrap().generation,
             None
         );
+    }
+
+    #[test]
+    fn the_answering_process_round_trips_and_an_older_document_names_none() {
+        let named = TaskReportsDocument::new(vec![]).answered_by("41-1764633600000000000");
+        let bytes = named.to_json();
+        let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(value["process"], "41-1764633600000000000");
+        assert_eq!(TaskReportsDocument::from_json(&bytes).unwrap(), named);
+        let older = br#"{"version":1,"tasks":[]}"#;
+        assert_eq!(TaskReportsDocument::from_json(older).unwrap().process, None);
     }
 
     #[test]

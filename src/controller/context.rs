@@ -6,7 +6,7 @@ use crate::kafka_admin::KafkaAdmins;
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 use kube::Client;
-use kube::runtime::events::Recorder;
+use kube::runtime::events::{Recorder, Reporter};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,6 +30,8 @@ impl Default for Settings {
 pub struct Context {
     pub client: Client,
     pub recorder: Recorder,
+    /// Who reports the Events (this operator process).
+    pub reporter: Reporter,
     pub kafka: KafkaAdmins,
     pub metrics: Arc<Metrics>,
     pub settings: Settings,
@@ -44,13 +46,14 @@ pub struct Context {
 impl Context {
     pub fn new(
         client: Client,
-        recorder: Recorder,
+        reporter: Reporter,
         metrics: Arc<Metrics>,
         settings: Settings,
     ) -> Self {
         Self {
+            recorder: Recorder::new(client.clone(), reporter.clone()),
+            reporter,
             client,
-            recorder,
             kafka: KafkaAdmins::default(),
             metrics,
             settings,
@@ -72,7 +75,7 @@ impl Context {
     pub fn failover_deps(&self) -> FailoverDeps {
         FailoverDeps {
             client: self.client.clone(),
-            recorder: self.recorder.clone(),
+            reporter: self.reporter.clone(),
             leadership: self.leadership.clone(),
             metrics: Arc::clone(&self.metrics),
         }

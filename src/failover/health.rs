@@ -7,6 +7,10 @@
 //!   last answer is older than the job's heartbeat timeout ([`DEFAULT_SUSPECT_AFTER`] unless
 //!   `spec.recovery.heartbeatTimeout` says otherwise), a few polls, not the node controller's
 //!   40 s.
+//! - A pod whose process was replaced (another process answers under its name, or the pod was
+//!   recreated) is down until one decision has been made without it: the process that ran its
+//!   tasks is gone, however quickly the next one came up. A pod force-deleted and recreated
+//!   under the same name and address answers again within a poll, before any refused one.
 //! - A pod that has never answered is starting: it keeps what the document gives it for
 //!   [`STARTUP_GRACE`] after the loop first saw it, so a resumed job, a new leader or a slow
 //!   start never sends every task to the first pod that happens to answer.
@@ -26,19 +30,24 @@ pub const STARTUP_GRACE: Duration = Duration::from_secs(30);
 
 /// What one poll of a pod found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Poll {
-    Answered,
+pub enum Poll<'a> {
+    /// An answer, from the process it names (if it does).
+    Answered(Option<&'a str>),
     /// Connection refused: nothing listens.
     Refused,
     /// No answer in time, or a broken one.
     Silent,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Beat {
     first_seen: Instant,
     last_answer: Option<Instant>,
     refused: bool,
+    /// The process that answered last.
+    process: Option<String>,
+    /// Set when the pod's process was found replaced: when its predecessor last answered.
+    replaced_after: Option<Instant>,
 }
 
 /// The heartbeats of one job's pods.
@@ -63,14 +72,22 @@ impl Heartbeats {
         self.suspect_after = timeout;
     }
 
-    pub fn record(&mut self, pod: &str, poll: Poll, now: Instant) {
+    pub fn record(&mut self, pod: &str, poll: Poll<'_>, now: Instant) {
         let beat = self.pods.entry(pod.to_string()).or_insert(Beat {
             first_seen: now,
             last_answer: None,
             refused: false,
+            process: None,
+            replaced_after: None,
         });
         match poll {
-            Poll::Answered => {
+            Poll::Answered(process) => {
+                if let Some(process) = process {
+                    if beat.process.as_deref().is_some_and(|last| last != process) {
+                        beat.replaced_after = beat.replaced_after.or(beat.last_answer);
+                    }
+                    beat.process = Some(process.to_string());
+                }
                 beat.last_answer = Some(now);
                 beat.refused = false;
             }
@@ -90,14 +107,36 @@ impl Heartbeats {
         })
     }
 
-    /// The pod may keep or get tasks: reachable, or starting (never answered, first seen less
-    /// than [`STARTUP_GRACE`] ago).
+    /// The pod was recreated under its name (a new uid): the process that answered is gone,
+    /// whether or not the new one answers yet.
+    pub fn replaced(&mut self, pod: &str) {
+        if let Some(beat) = self.pods.get_mut(pod) {
+            beat.refused = true;
+            beat.replaced_after = beat.replaced_after.or(beat.last_answer);
+        }
+    }
+
+    /// A decision has been made with every replaced process counted as down: the pods count
+    /// by their new processes from now on.
+    pub fn replacements_decided(&mut self) {
+        for beat in self.pods.values_mut() {
+            beat.replaced_after = None;
+        }
+    }
+
+    /// The pod may keep or get tasks: its process was not just replaced, and it is reachable
+    /// or starting (never answered, first seen less than [`STARTUP_GRACE`] ago).
     pub fn alive(&self, pod: &str, now: Instant) -> bool {
-        self.reachable(pod, now)
-            || self.pods.get(pod).is_some_and(|beat| {
-                beat.last_answer.is_none()
-                    && now.saturating_duration_since(beat.first_seen) < STARTUP_GRACE
-            })
+        let replaced = self
+            .pods
+            .get(pod)
+            .is_some_and(|beat| beat.replaced_after.is_some());
+        !replaced
+            && (self.reachable(pod, now)
+                || self.pods.get(pod).is_some_and(|beat| {
+                    beat.last_answer.is_none()
+                        && now.saturating_duration_since(beat.first_seen) < STARTUP_GRACE
+                }))
     }
 
     /// Pods that have answered at least once.
@@ -107,9 +146,11 @@ impl Heartbeats {
             .is_some_and(|beat| beat.last_answer.is_some())
     }
 
-    /// How long ago `pod` last answered; `None` when it never did.
+    /// How long ago `pod` last answered (its replaced process, if it was); `None` when it never
+    /// did.
     pub fn silent_for(&self, pod: &str, now: Instant) -> Option<Duration> {
-        let at = self.pods.get(pod)?.last_answer?;
+        let beat = self.pods.get(pod)?;
+        let at = beat.replaced_after.or(beat.last_answer)?;
         Some(now.saturating_duration_since(at))
     }
 
@@ -134,7 +175,7 @@ mod tests {
             !beats.alive("p", start + STARTUP_GRACE),
             "started too long ago"
         );
-        beats.record("p", Poll::Answered, start);
+        beats.record("p", Poll::Answered(None), start);
         assert!(beats.alive("p", start));
         assert!(beats.answered("p"));
 
@@ -148,7 +189,7 @@ mod tests {
         assert_eq!(beats.silent_for("p", late), Some(DEFAULT_SUSPECT_AFTER));
 
         // Answering again makes it alive; a refused connection makes it down at once.
-        beats.record("p", Poll::Answered, late);
+        beats.record("p", Poll::Answered(None), late);
         assert!(beats.alive("p", late));
         beats.record("p", Poll::Refused, late);
         assert!(!beats.alive("p", late));
@@ -158,10 +199,49 @@ mod tests {
     }
 
     #[test]
+    fn a_replaced_process_is_down_until_one_decision_is_made_without_it() {
+        let start = Instant::now();
+        let later = start + Duration::from_millis(250);
+        let mut beats = Heartbeats::default();
+        beats.record("p", Poll::Answered(Some("7-100")), start);
+        beats.record("p", Poll::Answered(Some("7-100")), later);
+        assert!(beats.alive("p", later), "the same process answers");
+
+        // Another process answers under the pod's name: the one that ran its tasks is gone.
+        let restarted = later + Duration::from_millis(250);
+        beats.record("p", Poll::Answered(Some("1-200")), restarted);
+        assert!(!beats.alive("p", restarted), "its tasks must move");
+        assert!(beats.reachable("p", restarted), "it is sent the document");
+        assert_eq!(
+            beats.silent_for("p", restarted),
+            Some(Duration::from_millis(250)),
+            "silent since its predecessor's last answer"
+        );
+        beats.replacements_decided();
+        assert!(
+            beats.alive("p", restarted),
+            "a pod again, by its new process"
+        );
+
+        // A pod recreated under its name: down whether or not the new process answers yet.
+        beats.replaced("p");
+        assert!(!beats.alive("p", restarted));
+        beats.record("p", Poll::Answered(Some("1-300")), restarted);
+        assert!(!beats.alive("p", restarted), "a decision is still due");
+        beats.replacements_decided();
+        assert!(beats.alive("p", restarted));
+
+        // A worker that names no process is never taken for a restart.
+        beats.record("q", Poll::Answered(None), start);
+        beats.record("q", Poll::Answered(None), later);
+        assert!(beats.alive("q", later));
+    }
+
+    #[test]
     fn the_jobs_heartbeat_timeout_decides_when_silence_is_down() {
         let start = Instant::now();
         let mut beats = Heartbeats::default();
-        beats.record("p", Poll::Answered, start);
+        beats.record("p", Poll::Answered(None), start);
         beats.suspect_after(Duration::from_secs(1));
         let after_1s = start + Duration::from_secs(1);
         beats.record("p", Poll::Silent, after_1s);

@@ -32,7 +32,7 @@ use health::{Heartbeats, Poll};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ListParams};
-use kube::runtime::events::Recorder;
+use kube::runtime::events::Reporter;
 use kube::{Client, ResourceExt};
 pub use registry::{DrainTarget, Failovers, LastMoves};
 use registry::{Shared, view_of};
@@ -56,6 +56,12 @@ const LIST_EVERY: Duration = Duration::from_secs(1);
 const RESEND_EVERY: Duration = Duration::from_secs(1);
 /// The longest a new job waits for all its pods before the first document.
 pub const FIRST_DECISION_WAIT: Duration = Duration::from_secs(30);
+/// How long after a promotion (an owner failed, or its pod was deleted) nothing moves only for
+/// balance (and never before promoted owners commit): a pod that comes back warm at once would otherwise take a
+/// task straight back, a second stall for one failure, and the status would show the hand-back
+/// instead of the failover (seen: handed back 0.5 s after the promotion, before the new owner's
+/// first commit).
+pub const BALANCE_AFTER_FAILOVER: Duration = Duration::from_secs(5);
 
 /// What the failover loop of one job needs to know of it.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,7 +84,8 @@ pub struct FailoverJob {
 #[derive(Clone)]
 pub struct FailoverDeps {
     pub client: Client,
-    pub recorder: Recorder,
+    /// Who reports the move Events.
+    pub reporter: Reporter,
     pub leadership: Leadership,
     pub metrics: Arc<Metrics>,
 }
@@ -109,6 +116,8 @@ struct LoopState {
     uids: BTreeMap<String, String>,
     /// Moves whose new owner has not committed yet, by task.
     pending_moves: BTreeMap<u32, moves::PendingMove>,
+    /// When this loop last promoted a standby (its owner failed, or its pod was deleted).
+    failed_over_at: Option<Instant>,
     listed_at: Option<Instant>,
     sent_at: Option<Instant>,
     started: Instant,
@@ -129,6 +138,7 @@ async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>, shared: 
         newest_recorded_generation: 0,
         uids: BTreeMap::new(),
         pending_moves: BTreeMap::new(),
+        failed_over_at: None,
         listed_at: None,
         sent_at: None,
         started: Instant::now(),
@@ -191,13 +201,16 @@ async fn tick(
             .iter()
             .map(|p| (p.facts.name.clone(), p.uid.clone()))
             .collect();
-        // A pod replaced under the same name starts afresh: its predecessor's answers say
-        // nothing of it.
+        // A pod recreated under the same name (a new uid) lost the process that ran its
+        // tasks, even if the new one already answers.
         let previous = std::mem::replace(&mut state.uids, listed.iter().cloned().collect());
+        for (pod, uid) in &listed {
+            if previous.get(pod).is_some_and(|before| before != uid) {
+                state.heartbeats.replaced(pod);
+            }
+        }
         let uids = &state.uids;
-        state
-            .heartbeats
-            .retain(|pod| uids.get(pod).is_some() && uids.get(pod) == previous.get(pod));
+        state.heartbeats.retain(|pod| uids.contains_key(pod));
         shared.end_drain_if_replaced(&listed);
     }
     if job.desired_pods == 0 {
@@ -230,6 +243,10 @@ async fn tick(
         return Ok(());
     }
     let copies = facts::copies(&reports, job.acceptable_recovery_lag);
+    let failover_settling = state.pending_moves.values().any(|m| m.promoted)
+        || state
+            .failed_over_at
+            .is_some_and(|at| now.saturating_duration_since(at) < BALANCE_AFTER_FAILOVER);
     let next = next_assignment(AssignmentFacts {
         tasks: job.tasks,
         pods: &places,
@@ -237,6 +254,7 @@ async fn tick(
         current: state.document.as_ref(),
         standby_replicas: job.standby_replicas,
         acceptable_recovery_lag: job.acceptable_recovery_lag,
+        balance: !failover_settling,
         newest_recorded_generation: state.newest_recorded_generation,
     });
     let changed = state.document.as_ref() != Some(&next);
@@ -248,6 +266,7 @@ async fn tick(
     } else {
         None
     };
+    state.heartbeats.replacements_decided();
     if changed || state.sent_at.is_none_or(|at| at.elapsed() >= RESEND_EVERY) {
         send(job, state, now);
         state.sent_at = Some(Instant::now());
@@ -286,6 +305,7 @@ async fn store_decision(
             moves::PodsNow {
                 heartbeats: &state.heartbeats,
                 stopping: &state.stopping,
+                desired_pods: job.desired_pods,
             },
             (current, &next),
             copies,
@@ -297,6 +317,9 @@ async fn store_decision(
             Vec::new()
         }
     };
+    if moved.iter().any(|m| m.promoted) {
+        state.failed_over_at = Some(now);
+    }
     let decided = (!moved.is_empty()).then(|| store::MovesRecord::new(next.generation, moved));
     if decided.is_some() {
         state.moves = decided.clone();
@@ -426,7 +449,7 @@ async fn poll_pods(job: &FailoverJob, state: &mut LoopState) -> Vec<(String, Vec
     state.stopping.clear();
     for (pod, answer) in answers {
         let poll = match &answer {
-            Some(Ok(_)) => Poll::Answered,
+            Some(Ok(document)) => Poll::Answered(document.process.as_deref()),
             Some(Err(worker_client::WorkerCallError::Unreachable { source, .. }))
                 if source.kind() == std::io::ErrorKind::ConnectionRefused =>
             {

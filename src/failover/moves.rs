@@ -2,7 +2,9 @@
 //! move in the job's status, and, once the new owner commits, how long the task stood still.
 //!
 //! A move is a promotion when its old owner is down (refused, or silent past the suspicion
-//! time) and a handoff when it still answers or said it is stopping. The time to the new
+//! time, or its process replaced) or stopping while its StatefulSet keeps it (someone deleted
+//! the pod: `kubectl delete pod`, an eviction), and a handoff when it still answers or stops
+//! because the job scaled down. The time to the new
 //! owner's first commit is the figure a user feels: for a promotion it runs from the old
 //! owner's last answer, so it includes the detection; for a handoff from the decision.
 
@@ -13,7 +15,7 @@ use crate::api::TaskMove;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::{Event, EventType, Recorder};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -36,6 +38,9 @@ pub struct PodsNow<'a> {
     pub heartbeats: &'a Heartbeats,
     /// Pods whose worker said it is stopping.
     pub stopping: &'a BTreeSet<String>,
+    /// Pods the StatefulSet keeps: a pod of a lower ordinal that stops was deleted by someone,
+    /// one of a higher ordinal goes because the job scaled down.
+    pub desired_pods: i32,
 }
 
 /// A move the loop decided: the status's record of it and its Event's message. Stored with
@@ -86,24 +91,35 @@ pub fn decide(
             .and_then(|list| list.iter().find(|c| &c.pod == to))
             .map(|c| c.lag);
         let lag_text = lag.map_or("?".to_string(), |l| l.to_string());
-        // A worker that said it is stopping hands its tasks off; one that is gone or silent
-        // has failed.
+        // A worker that is gone or silent has failed, and so has one stopping in a pod the
+        // StatefulSet keeps (deleted by someone else); one stopping in a scale-down hands
+        // its tasks off.
         let stopping = pods.stopping.contains(from);
-        let down = !stopping && !pods.heartbeats.alive(from, now);
+        let kept = super::facts::ordinal(from)
+            .and_then(|n| i32::try_from(n).ok())
+            .is_some_and(|n| n < pods.desired_pods);
+        let down = if stopping {
+            kept
+        } else {
+            !pods.heartbeats.alive(from, now)
+        };
         let silent = pods.heartbeats.silent_for(from, now).unwrap_or_default();
         let (reason, note) = if down {
+            let why = if stopping {
+                "its pod was deleted".to_string()
+            } else {
+                format!("no answer for {:.1} s", silent.as_secs_f64())
+            };
             (
                 "Promoted",
                 format!(
-                    "task {}: {to} took over from {from} (no answer for {:.1} s); its copy was {lag_text} records behind; generation {}",
-                    after.task,
-                    silent.as_secs_f64(),
-                    next.generation
+                    "task {}: {to} took over from {from} ({why}); its copy was {lag_text} records behind; generation {}",
+                    after.task, next.generation
                 ),
             )
         } else {
             let why = if stopping {
-                " (its worker is stopping)"
+                " (its worker is stopping: the job scaled down)"
             } else {
                 ""
             };
@@ -252,7 +268,11 @@ async fn publish(deps: &FailoverDeps, job: &FailoverJob, reason: &str, note: Str
         action: "Assign".into(),
         secondary: None,
     };
-    if let Err(error) = deps.recorder.publish(&event, &reference).await {
+    // A recorder of its own: a shared one folds a second move with the same reason into the
+    // first one's Event (a series keeps the first note), so a pod's second task or a task's
+    // second move would be missing from `kubectl get events`.
+    let recorder = Recorder::new(deps.client.clone(), deps.reporter.clone());
+    if let Err(error) = recorder.publish(&event, &reference).await {
         tracing::warn!(job = %job.name, %error, "could not publish an Event");
     }
 }
@@ -278,23 +298,27 @@ mod tests {
     }
 
     #[test]
-    fn a_move_off_a_dead_pod_is_a_promotion_and_off_a_live_or_stopping_one_a_handoff() {
+    fn a_move_off_a_dead_or_deleted_pod_is_a_promotion_and_off_a_live_or_scaled_down_one_a_handoff()
+    {
         use super::super::health::Poll;
         let start = Instant::now();
         let now = start + Duration::from_millis(700);
         let mut heartbeats = Heartbeats::default();
-        heartbeats.record("dead", Poll::Answered, start);
+        heartbeats.record("dead", Poll::Answered(None), start);
         heartbeats.record("dead", Poll::Refused, now);
-        for pod in ["live", "stopping", "new"] {
-            heartbeats.record(pod, Poll::Answered, now);
+        for pod in ["live", "job-1", "job-3", "new"] {
+            heartbeats.record(pod, Poll::Answered(None), now);
         }
-        let stopping = BTreeSet::from(["stopping".to_string()]);
+        // Both stop: job-1 is kept by its StatefulSet of 3 (someone deleted it), job-3 is
+        // not (the job scaled down).
+        let stopping = BTreeSet::from(["job-1".to_string(), "job-3".to_string()]);
         let pods = PodsNow {
             heartbeats: &heartbeats,
             stopping: &stopping,
+            desired_pods: 3,
         };
-        let current = document(4, &["dead", "live", "stopping", "new"]);
-        let next = document(5, &["new", "new", "new", "new"]);
+        let current = document(4, &["dead", "live", "job-3", "new", "job-1"]);
+        let next = document(5, &["new", "new", "new", "new", "new"]);
         let copies = BTreeMap::from([(
             0,
             vec![CopyLag {
@@ -314,7 +338,8 @@ mod tests {
             [
                 (0, true, "Promoted"),
                 (1, false, "HandedOff"),
-                (2, false, "HandedOff")
+                (2, false, "HandedOff"),
+                (4, true, "Promoted")
             ],
             "task 3 stayed on its pod"
         );
@@ -328,7 +353,12 @@ mod tests {
                 .note
                 .starts_with("task 0: new took over from dead (no answer for 0.7 s)")
         );
-        assert!(decided[2].note.contains("(its worker is stopping)"));
+        assert!(
+            decided[2]
+                .note
+                .contains("(its worker is stopping: the job scaled down)")
+        );
+        assert!(decided[3].note.contains("(its pod was deleted)"));
         assert_eq!(decided[1].moved.detection_seconds, None);
     }
 

@@ -12,7 +12,7 @@
 #    of a worker;
 # 5. checks, read_committed, that every card's counts are 1, 2, ..., n with n its events (what an
 #    uninterrupted run outputs: no loss, no duplicate), and that `kubectl get ssj`, the status
-#    and the Events show the recovery.
+#    and the Events show the deleted pod's tasks moved to their standbys.
 #
 # Needs Docker (an engine that answers), kind, kubectl and helm. Without them it SKIPS (exit 0)
 # with a loud message: it cannot run on a machine without a container engine.
@@ -133,18 +133,28 @@ wait_caught_up() {
   wait_until "$1" "the job consuming its input" caught_up \
     || die "the job did not consume its input within $1 s"
 }
-# How many Events of `reason` the job has had (the operator's Ready transitions: TasksNotRunning
-# when a job loses tasks, AllTasksRunning when they are back).
-job_events() {
+# The tasks the stored assignment gives pod $1 as their active owner.
+active_tasks_of() {
+  kubectl -n "$NS" get configmap "$JOB-assignment" -o jsonpath='{.data.assignment\.json}' \
+    | python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ".join(str(t["task"]) for t in d["tasks"] if t.get("active")==sys.argv[1]))' "$1"
+}
+# Whether every task of $2 has a Promoted or HandedOff Event naming its move off pod $1.
+move_events() {
   kubectl -n "$NS" get events --field-selector "involvedObject.name=$JOB" -o json \
-    | python3 -c 'import json,sys; print(sum(e.get("count") or 1 for e in json.load(sys.stdin)["items"] if e.get("reason") == sys.argv[1]))' "$1"
+    | python3 -c '
+import json, sys
+pod, tasks = sys.argv[1], sys.argv[2].split()
+notes = [e.get("message") or e.get("note") or "" for e in json.load(sys.stdin)["items"]
+         if e.get("reason") in ("Promoted", "HandedOff")]
+sys.exit(0 if all(any(n.startswith("task %s:" % t) and pod in n for n in notes) for t in tasks) else 1)
+' "$1" "$2"
 }
 
 step "producing $FIRST_BATCH events, then $SECOND_BATCH more while a worker pod is force-deleted"
 produce 0 "$FIRST_BATCH"
 wait_caught_up 600
-lost_before=$(job_events TasksNotRunning)
-back_before=$(job_events AllTasksRunning)
+moved=$(active_tasks_of "$JOB-0")
+[[ -n $moved ]] || die "$JOB-0 owns no task to move"
 produce "$FIRST_BATCH" "$SECOND_BATCH" &
 producer=$!
 sleep 2
@@ -183,24 +193,30 @@ python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["exact"] else
 
 step "the recovery as kubectl shows it"
 kubectl -n "$NS" get ssj "$JOB"
-kubectl -n "$NS" get ssj "$JOB" -o json | python3 -c '
+moves_in_status() {
+  kubectl -n "$NS" get ssj "$JOB" -o json | python3 -c '
 import json, sys
+pod, tasks = sys.argv[1], [int(t) for t in sys.argv[2].split()]
 status = json.load(sys.stdin)["status"]
 ready = [c for c in status["conditions"] if c["type"] == "Ready"][0]
-assert ready["status"] == "True", ready
-print("task  owner          phase    restored from  records replayed")
-restored = 0
-for t in status["tasks"]:
-    r = t.get("restore") or {}
-    restored += t.get("owner") == "card-count-0" and bool(r.get("source"))
-    print("%4d  %-13s  %-7s  %-13s  %s" % (t["task"], t.get("owner", "-"), t.get("phase", "-"),
-          r.get("source", "-"), r.get("recordsDone", "-")))
-assert restored > 0, "no task of the deleted pod reports a restore"
-'
-recovery_events() {
-  (( $(job_events TasksNotRunning) > lost_before && $(job_events AllTasksRunning) > back_before ))
+moves = {t["task"]: [m for m in (t.get("lastPromotion"), t.get("lastHandoff"))
+                     if m and m.get("from") == pod and m.get("firstCommitSeconds") is not None]
+         for t in status["tasks"]}
+sys.exit(0 if ready["status"] == "True" and all(moves.get(t) for t in tasks) else 1)
+' "$1" "$2"
 }
-wait_until 120 "the Events of the loss and the recovery" recovery_events \
-  || die "no TasksNotRunning and AllTasksRunning Events for the deleted pod's tasks"
+wait_until 120 "the moves of tasks $moved off $JOB-0 in the status" moves_in_status "$JOB-0" "$moved" \
+  || die "the status does not show tasks $moved moved off $JOB-0"
+kubectl -n "$NS" get ssj "$JOB" -o json | python3 -c '
+import json, sys
+print("task  owner          standbys (lag)        last move")
+for t in json.load(sys.stdin)["status"]["tasks"]:
+    m = t.get("lastPromotion") or t.get("lastHandoff") or {}
+    standbys = ", ".join("%s (%s)" % (s["pod"], s.get("lag", "?")) for s in t.get("standbys", [])) or "-"
+    print("%4d  %-13s  %-20s  %s" % (t["task"], t.get("owner", "-"), standbys,
+          "%s %s -> %s, first commit %.2f s after the decision" % (m["reason"], m["from"], m["to"], m["firstCommitSeconds"]) if m else "-"))
+'
+wait_until 120 "the Events of the moves" move_events "$JOB-0" "$moved" \
+  || die "no Promoted or HandedOff Event for each of tasks $moved off $JOB-0"
 kubectl -n "$NS" get events --field-selector "involvedObject.name=$JOB" --sort-by=.lastTimestamp
-log "PASSED: exact output through a force-deleted worker, recovery shown in status and Events"
+log "PASSED: exact output through a force-deleted worker, its tasks' moves to their standbys shown in status and Events"

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -193,16 +193,13 @@ pub fn job(name: &str, input_topic: &str, prefix: &str) -> StatefulStreamJob {
 
 /// A context like the binary's, for reconciling in-process.
 pub fn context(client: &Client) -> Arc<Context> {
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "streamkeeper-operator".into(),
-            instance: Some("integration-test".into()),
-        },
-    );
+    let reporter = Reporter {
+        controller: "streamkeeper-operator".into(),
+        instance: Some("integration-test".into()),
+    };
     Arc::new(Context::new(
         client.clone(),
-        recorder,
+        reporter,
         Arc::new(Metrics::new()),
         Settings {
             final_checkpoint_timeout: Duration::from_secs(3),

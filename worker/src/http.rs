@@ -210,9 +210,23 @@ async fn metrics_text(State(state): State<HttpState>) -> impl IntoResponse {
     )
 }
 
+/// This process's name in its reports: its pid and the time it first answered, so a restarted
+/// worker (pid 1 again, in a container) is told apart from the one before it.
+fn process_name() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        format!("{}-{}", std::process::id(), since_epoch.as_nanos())
+    })
+}
+
 async fn tasks(State(state): State<HttpState>) -> impl IntoResponse {
     let generation = state.assignments.as_ref().and_then(|a| a.generation());
-    let reports = TaskReportsDocument::new(state.board.snapshot()).acting_on(generation);
+    let reports = TaskReportsDocument::new(state.board.snapshot())
+        .acting_on(generation)
+        .answered_by(process_name());
     let stopping = state.assignments.as_ref().is_some_and(|a| a.stopping());
     axum::Json(if stopping {
         reports.stopping()
