@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Builds the operator and worker images without a Docker engine, as OCI image layout archives
+# that containerd imports (`ctr -n k8s.io images import`, `kind load image-archive`):
+#
+#   scripts/oci-image.sh install                 debootstrap (apt-get), if missing
+#   scripts/oci-image.sh build [options] [target...]   the archives (default: operator worker)
+#       --profile debug|release   which cargo build's binaries (default debug, what the tests build)
+#       --bin-dir DIR             take the binaries from DIR instead
+#       --out-dir DIR             write the archives there (default $SK_CACHE/images/out)
+#   scripts/oci-image.sh names                   the image references (scripts/images.sh names)
+#   scripts/oci-image.sh paths [--out-dir DIR]   the archives, one a line, in the names' order
+#   scripts/oci-image.sh check [--out-dir DIR]   import both into a private containerd (own root,
+#                                                state and socket under /tmp) and run each binary's
+#                                                --help inside, as the image's user, on a read-only
+#                                                root; stops what it started
+#
+# scripts/oci_image.py does the work from ./Dockerfile alone: the runtime stage becomes a
+# debootstrap'd Debian (the stage's FROM release, minbase) on which the stage's own RUN runs in a
+# chroot, so RUNTIME_PACKAGES and the nonroot user are the Dockerfile's. That rootfs and its layer
+# are cached in $SK_CACHE/images/runtime-<hash of release and RUN>; a rebuild after a code change
+# re-tars only the binary layer. Cold: a few minutes (network); warm: seconds. Needs root for the
+# cold build (debootstrap, chroot). Names, VERSION and REGISTRY are scripts/images.sh's;
+# REVISION and CREATED (the OCI labels) default to HEAD and its commit time, so the same commit
+# and binaries give the same archive. DEBIAN_MIRROR picks the debootstrap mirror.
+# shellcheck source-path=SCRIPTDIR
+source "$(dirname "$0")/../tests/services/lib.sh"
+cd "$(dirname "$0")/.." || exit 1
+
+# debootstrap and chroot live in sbin, which a non-root PATH may lack.
+for dir in /usr/sbin /sbin; do
+  if [[ ":$PATH:" != *":$dir:"* ]]; then PATH="$PATH:$dir"; fi
+done
+IMAGES="$SK_CACHE/images"
+OUT_DIR="$IMAGES/out"
+PROFILE=debug
+BIN_DIR=""
+TARGETS=(operator worker)
+REVISION="${REVISION:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
+CREATED="${CREATED:-$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null \
+  || echo 1970-01-01T00:00:00Z)}"
+MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+
+install() {
+  command -v debootstrap >/dev/null && return 0
+  [[ $(id -u) -eq 0 ]] || die "debootstrap is missing and installing it needs root: apt-get install debootstrap"
+  log "installing debootstrap"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null \
+    || die "apt-get install debootstrap failed"
+}
+
+# name <target>: its reference, from scripts/images.sh's own rule.
+name() {
+  local line
+  while IFS= read -r line; do
+    [[ $line == */"$1":* ]] && { echo "$line"; return 0; }
+  done < <(scripts/images.sh names)
+  die "scripts/images.sh names prints no image for target $1"
+}
+
+archive() { local ref; ref=$(name "$1"); echo "$OUT_DIR/$1-${ref##*:}.oci.tar"; }
+
+# full_name <ref>: what containerd and the kubelet call it (docker.io/ unless it names a registry).
+full_name() {
+  local first=${1%%/*}
+  if [[ $first == *[.:]* || $first == localhost ]]; then echo "$1"; else echo "docker.io/$1"; fi
+}
+
+build() {
+  local bin_dir=${BIN_DIR:-${CARGO_TARGET_DIR:-$SK_CACHE/cargo-target}/$PROFILE}
+  install
+  mkdir -p "$OUT_DIR"
+  for target in "${TARGETS[@]}"; do
+    local ref start=$SECONDS
+    ref=$(name "$target")
+    python3 scripts/oci_image.py --dockerfile Dockerfile --target "$target" --name "$ref" \
+      --bin-dir "$bin_dir" --cache "$IMAGES" --out "$(archive "$target")" --created "$CREATED" \
+      --mirror "$MIRROR" --build-arg "VERSION=${ref##*:}" --build-arg "REVISION=$REVISION" \
+      --build-arg "CREATED=$CREATED" || die "building $ref failed (above)"
+    log "$ref built in $(( SECONDS - start )) s"
+  done
+}
+
+# A private containerd: nothing of the machine's own (/run/containerd) is used or touched.
+CHECK_DIR=/tmp/sk-containerd
+SOCKET=$CHECK_DIR/containerd.sock
+
+start_containerd() {
+  if ! command -v containerd >/dev/null || ! command -v runc >/dev/null; then
+    die "containerd and runc are missing: apt-get install containerd runc"
+  fi
+  stop_containerd
+  mkdir -p "$CHECK_DIR"
+  # The CRI plugin (what a kubelet talks to) would otherwise write negative oom_score_adj values,
+  # which some VMs refuse (EIO: "can't get final child's PID from pipe"); ctr does not need it.
+  cat > "$CHECK_DIR/config.toml" <<EOF
+version = 2
+root = "$CHECK_DIR/root"
+state = "$CHECK_DIR/state"
+[grpc]
+  address = "$SOCKET"
+[plugins."io.containerd.grpc.v1.cri"]
+  restrict_oom_score_adj = true
+EOF
+  containerd --config "$CHECK_DIR/config.toml" > "$CHECK_DIR/containerd.log" 2>&1 &
+  echo $! > "$CHECK_DIR/pid"
+  if ! wait_until 30 "private containerd" ctr -a "$SOCKET" version; then
+    tail -20 "$CHECK_DIR/containerd.log" >&2
+    stop_containerd
+    die "the private containerd did not answer within 30 s (its log above)"
+  fi
+}
+
+# Stops the private containerd and removes its root and state (each check starts empty).
+stop_containerd() {
+  stop_pidfile "$CHECK_DIR/pid" "private containerd"
+  if grep -q " $CHECK_DIR/" /proc/self/mounts; then
+    die "mounts under $CHECK_DIR remain (grep $CHECK_DIR /proc/self/mounts); not removing it"
+  fi
+  rm -rf "$CHECK_DIR"
+}
+
+check() {
+  [[ $(id -u) -eq 0 ]] || die "running containers needs root"
+  start_containerd
+  trap stop_containerd EXIT
+  for target in "${TARGETS[@]}"; do
+    local ref file
+    ref=$(name "$target")
+    file=$(archive "$target")
+    [[ -f $file ]] || die "$file is missing: run $0 build"
+    ctr -a "$SOCKET" -n k8s.io images import "$file" || die "importing $file failed"
+    # ctr 1.6 has no --user: the process runs as the image config's User, which this prints.
+    # shellcheck disable=SC2016 # expanded in the container
+    ctr -a "$SOCKET" -n k8s.io run --rm --read-only "$(full_name "$ref")" "sk-check-$target" \
+      /bin/sh -c 'echo "running as $(id -u):$(id -g)"; exec "$0" --help' \
+      "/usr/local/bin/streamkeeper-$target" || die "streamkeeper-$target --help failed in $ref"
+  done
+  ctr -a "$SOCKET" -n k8s.io images ls
+}
+
+verb="${1:-}"
+shift || true
+while (($#)); do
+  case "$1" in
+    --profile) PROFILE="${2:?--profile needs debug or release}"; shift 2 ;;
+    --bin-dir) BIN_DIR="${2:?--bin-dir needs a folder}"; shift 2 ;;
+    --out-dir) OUT_DIR="${2:?--out-dir needs a folder}"; shift 2 ;;
+    operator|worker) [[ ${picked:-} ]] || TARGETS=(); picked=1; TARGETS+=("$1"); shift ;;
+    *) die "unknown argument $1 (targets: operator worker)" ;;
+  esac
+done
+case "$verb" in
+  install) install ;;
+  build) build ;;
+  names) for target in "${TARGETS[@]}"; do name "$target"; done ;;
+  paths) for target in "${TARGETS[@]}"; do archive "$target"; done ;;
+  check) check ;;
+  *) die "usage: $0 install|build|names|paths|check [--profile debug|release] [--bin-dir DIR] [--out-dir DIR] [operator|worker...]" ;;
+esac
