@@ -72,7 +72,7 @@ async fn a_killed_pods_tasks_are_promoted_on_their_standbys_within_the_bound() {
     system
         .recovered_exactly(std::slice::from_ref(&victim), 5_000)
         .await;
-    let promoted = system.promoted_notes().await;
+    let promoted = system.event_notes("Promoted").await;
     assert!(
         promoted.iter().any(|m| m.starts_with("task 0:")),
         "a Promoted Event names task 0: {promoted:?}"
@@ -201,7 +201,7 @@ async fn a_force_deleted_pods_tasks_are_promoted_although_it_is_recreated_at_onc
     system
         .recovered_exactly(std::slice::from_ref(&victim), 5_000)
         .await;
-    let promoted = system.promoted_notes().await;
+    let promoted = system.event_notes("Promoted").await;
     for task in &owned {
         assert!(
             promoted

@@ -8,26 +8,11 @@
 
 mod operator_support;
 
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use operator_support::cards::exact_output;
 use operator_support::failover::*;
 use std::time::Duration;
 use streamkeeper_contract::task_report::TaskPhase;
-
-/// The notes of the job's Events with `reason`.
-async fn events_with_reason(system: &System, reason: &str) -> Vec<String> {
-    let events: Api<Event> = Api::namespaced(system.client.clone(), &system.namespace);
-    events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .filter_map(|e| e.note)
-        .collect()
-}
 
 /// The longest time any task went without a new commit while `until` had not yet returned
 /// true, watching every pod's reports every 50 ms (a task's progress is its owner and that
@@ -94,7 +79,7 @@ async fn a_rolling_upgrade_hands_every_task_off_to_a_warm_standby_first() {
     // A new restartNonce: every pod is replaced, one at a time, each after handing its tasks
     // to caught-up standbys, the next only once the copies are warm again. A pod deleted while
     // it still ran tasks would be a failover (a `Promoted` Event): there must be none.
-    let promoted_before = events_with_reason(&system, "Promoted").await;
+    let promoted_before = system.event_notes("Promoted").await;
     let jobs: Api<StatefulStreamJob> = Api::namespaced(system.client.clone(), &system.namespace);
     jobs.patch(
         system.name,
@@ -151,9 +136,9 @@ async fn a_rolling_upgrade_hands_every_task_off_to_a_warm_standby_first() {
             "task {task} stalled {stall:?} in the upgrade (handoff bound 5 s)"
         );
     }
-    let handed_off = events_with_reason(&system, "HandedOff").await;
+    let handed_off = system.event_notes("HandedOff").await;
     assert!(!handed_off.is_empty(), "the upgrade handed tasks off");
-    let promoted = events_with_reason(&system, "Promoted").await;
+    let promoted = system.event_notes("Promoted").await;
     assert_eq!(
         promoted.len(),
         promoted_before.len(),

@@ -87,7 +87,7 @@ async fn a_leader_that_dies_mid_failover_leaves_the_next_leader_to_finish_it() {
         .await;
 
     // The dead leader reported nothing; the next one did, from the stored record.
-    let promoted = system.promoted_notes().await;
+    let promoted = system.event_notes("Promoted").await;
     let expected = format!("task 0: {new_owner} took over from {victim}");
     assert!(
         promoted.iter().any(|note| note.starts_with(&expected)),

@@ -35,6 +35,21 @@ fn warm_copies(doc: &AssignmentDocument) -> BTreeMap<u32, Vec<CopyLag>> {
         .collect()
 }
 
+/// `tasks` tasks, all active on job-0 with their standby on job-1, at `generation`.
+fn all_on_job_0_standbys_on_job_1(tasks: u32, generation: u64) -> AssignmentDocument {
+    AssignmentDocument {
+        version: 1,
+        generation,
+        tasks: (0..tasks)
+            .map(|task| TaskAssignment {
+                task,
+                active: Some("job-0".into()),
+                standbys: vec!["job-1".into()],
+            })
+            .collect(),
+    }
+}
+
 fn decide(
     tasks: u32,
     pods: &[PodPlace],
@@ -196,17 +211,7 @@ fn a_task_still_being_taken_over_is_not_moved_on_to_even_out_the_load() {
     // job-0 runs tasks 0-3 and has just taken over tasks 1-3 (its copies of them still
     // restore); job-1, below its share, holds caught-up copies of all four.
     let two = pods(2, 2, 0);
-    let current = AssignmentDocument {
-        version: 1,
-        generation: 7,
-        tasks: (0..4)
-            .map(|task| TaskAssignment {
-                task,
-                active: Some("job-0".into()),
-                standbys: vec!["job-1".into()],
-            })
-            .collect(),
-    };
+    let current = all_on_job_0_standbys_on_job_1(4, 7);
     let copy = |pod: &str, lag| CopyLag {
         pod: pod.into(),
         lag,
@@ -234,17 +239,7 @@ fn a_task_still_being_taken_over_is_not_moved_on_to_even_out_the_load() {
 fn held_balance_leaves_a_returning_pod_without_tasks_and_still_warms_its_copies() {
     // job-1 came back after its tasks failed over to job-0; its standby copies are warm.
     let two = pods(2, 2, 0);
-    let current = AssignmentDocument {
-        version: 1,
-        generation: 9,
-        tasks: (0..4)
-            .map(|task| TaskAssignment {
-                task,
-                active: Some("job-0".into()),
-                standbys: vec!["job-1".into()],
-            })
-            .collect(),
-    };
+    let current = all_on_job_0_standbys_on_job_1(4, 9);
     let copies = warm_copies(&current);
     let held = next_assignment(AssignmentFacts {
         tasks: 4,

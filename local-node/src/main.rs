@@ -16,6 +16,7 @@ mod pods;
 mod probe;
 mod provisioner;
 mod status;
+mod termination;
 mod token;
 
 use clap::Parser;

@@ -4,6 +4,7 @@
 
 use crate::launch::{self, ContainerPlan, HttpProbe, PodPlace, Sources};
 use crate::status::{self, ContainerState, ContainerView, PodView};
+use crate::termination::{deletion_grace_seconds, signal};
 use crate::token;
 use crate::{AgentError, Options};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
@@ -58,15 +59,6 @@ pub struct PodRunner {
 
 fn now() -> String {
     Timestamp::now().to_string()
-}
-
-/// SIGTERM or SIGKILL to the whole process group of a container.
-fn signal(child: &Child, signal: &str) {
-    let group = format!("-{}", child.id());
-    let _ = Command::new("kill")
-        .args([signal, "--", &group])
-        .stderr(Stdio::null())
-        .status();
 }
 
 impl ContainerRun {
@@ -576,38 +568,4 @@ fn materialize(dir: &Path, files: &[(PathBuf, Vec<u8>)]) -> std::io::Result<()> 
         std::fs::write(&path, content)?;
     }
     Ok(())
-}
-
-/// The grace a deleted pod's containers get: the deletion's own (`kubectl delete
-/// --grace-period`, which the apiserver records on the pod), else the pod's, as a kubelet does.
-fn deletion_grace_seconds(pod: &Pod) -> u64 {
-    let requested = pod.metadata.deletion_grace_period_seconds;
-    let own = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.termination_grace_period_seconds);
-    u64::try_from(requested.or(own).unwrap_or(30)).unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::core::v1::PodSpec;
-
-    #[test]
-    fn a_deletion_with_its_own_grace_period_overrides_the_pods() {
-        let mut pod = Pod {
-            spec: Some(PodSpec {
-                termination_grace_period_seconds: Some(60),
-                ..PodSpec::default()
-            }),
-            ..Pod::default()
-        };
-        assert_eq!(deletion_grace_seconds(&pod), 60);
-        pod.metadata.deletion_grace_period_seconds = Some(0);
-        assert_eq!(deletion_grace_seconds(&pod), 0, "--grace-period=0");
-        pod.spec = None;
-        pod.metadata.deletion_grace_period_seconds = None;
-        assert_eq!(deletion_grace_seconds(&pod), 30, "Kubernetes' default");
-    }
 }

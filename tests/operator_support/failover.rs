@@ -414,8 +414,8 @@ impl System {
         .await
     }
 
-    /// The notes of the job's `Promoted` Events.
-    pub async fn promoted_notes(&self) -> Vec<String> {
+    /// The notes of the job's Events with `reason` (`Promoted`, `HandedOff`).
+    pub async fn event_notes(&self, reason: &str) -> Vec<String> {
         let events: Api<k8s_openapi::api::events::v1::Event> =
             Api::namespaced(self.client.clone(), &self.namespace);
         events
@@ -424,7 +424,7 @@ impl System {
             .unwrap()
             .items
             .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("Promoted"))
+            .filter(|e| e.reason.as_deref() == Some(reason))
             .filter_map(|e| e.note)
             .collect()
     }
