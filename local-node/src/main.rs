@@ -35,7 +35,7 @@ pub struct Options {
     pub root: PathBuf,
     /// `IMAGE=EXECUTABLE`: run containers of IMAGE (a prefix of the image reference, up to the
     /// tag) as EXECUTABLE. Repeat for each image.
-    #[arg(long = "image", value_parser = parse_image_mapping, required = true)]
+    #[arg(long = "image", value_parser = parse_image_mapping, required_unless_present = "provision_only_for")]
     pub images: Vec<(String, PathBuf)>,
     /// First loopback address handed to a pod (127.0.0.x; x counts up from here).
     #[arg(long, default_value_t = 10)]
@@ -50,6 +50,10 @@ pub struct Options {
     /// (`topology.kubernetes.io/zone=zone-a`). Repeat for each label.
     #[arg(long = "label", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
+    /// Be only the volume provisioner for NODE, a real kubelet's node: no node of its own, no
+    /// pods; each pending claim gets a `local` volume pinned to NODE.
+    #[arg(long, value_name = "NODE")]
+    pub provision_only_for: Option<String>,
 }
 
 fn parse_label(raw: &str) -> Result<(String, String), String> {
@@ -129,6 +133,13 @@ async fn run(options: Options) -> Result<(), AgentError> {
         .await
         .map_err(AgentError::kube("connecting to the apiserver"))?;
     std::fs::create_dir_all(&options.root).map_err(AgentError::io("creating", &options.root))?;
+    if let Some(node) = &options.provision_only_for {
+        tracing::info!(%node, root = %options.root.display(), "provisioning volumes for a kubelet's node");
+        let provisioner = tokio::spawn(provisioner::run(client, options.clone()));
+        wait_for_stop().await?;
+        provisioner.abort();
+        return Ok(());
+    }
     node::register(
         &client,
         &options.node_name,
@@ -141,23 +152,33 @@ async fn run(options: Options) -> Result<(), AgentError> {
     let heartbeat = tokio::spawn(node::heartbeat(client.clone(), options.node_name.clone()));
     let provisioner = tokio::spawn(provisioner::run(client.clone(), options.clone()));
     let mut pods = pods::PodRunner::new(client, options);
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| AgentError::Io {
-        what: "installing the SIGTERM handler",
-        path: PathBuf::new(),
-        source: e,
-    })?;
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
+    let stop = wait_for_stop();
+    tokio::pin!(stop);
     loop {
         tokio::select! {
             _ = tick.tick() => pods.sync().await,
-            _ = tokio::signal::ctrl_c() => break,
-            _ = terminate.recv() => break,
+            stopped = &mut stop => { stopped?; break; }
         }
     }
     tracing::info!("stopping: terminating every local container");
     heartbeat.abort();
     provisioner.abort();
     pods.stop_all().await;
+    Ok(())
+}
+
+/// Returns on SIGINT or SIGTERM.
+async fn wait_for_stop() -> Result<(), AgentError> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| AgentError::Io {
+        what: "installing the SIGTERM handler",
+        path: PathBuf::new(),
+        source: e,
+    })?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
     Ok(())
 }

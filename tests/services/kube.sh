@@ -4,6 +4,7 @@
 # their status from the test node agent). Binaries are built from the Go module proxy and cached.
 #
 #   tests/services/kube.sh install   build (or reuse) the binaries
+#   tests/services/kube.sh install-node   also the kubelet and kube-proxy (tests/services/node.sh)
 #   tests/services/kube.sh start     install, start, wait until ready, print the kubeconfig path
 #   tests/services/kube.sh stop      stop exactly what start started
 #   tests/services/kube.sh env       print KUBECONFIG=... and SK_KUBE_BIN=... (one VAR=value a line)
@@ -17,61 +18,83 @@ ETCD_PEER_PORT="${SK_ETCD_PEER_PORT:-12380}"
 API_PORT="${SK_KUBE_API_PORT:-16443}"
 KUBECONFIG_FILE="$STATE/kubeconfig"
 TOKEN="streamkeeper-test-admin-token"
+# SK_KUBE_PROFILE=node is the control plane for a real kubelet (tests/services/node.sh): the
+# apiserver advertises the node's pod-network address, which pods reach, and the ServiceAccount
+# admission plugin gives pods their tokens. The default profile, for the local node agent, has
+# neither: that agent hands out tokens itself, and pods need no service account to exist first.
+PROFILE="${SK_KUBE_PROFILE:-default}"
+NODE_IP=10.244.0.1
 
-install() {
-  if [[ -x $BIN/kube-apiserver && -x $BIN/kube-controller-manager && -x $BIN/kube-scheduler \
-        && -x $BIN/kubectl && -x $BIN/etcd ]]; then
-    return 0
-  fi
+CONTROL_PLANE=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+# The node's own binaries (tests/services/node.sh), from the same module graph: a kubelet and a
+# kube-proxy of exactly the control plane's version.
+NODE=(kubelet kube-proxy)
+
+has_binaries() {
+  local name
+  for name in "$@"; do [[ -x $BIN/$name ]] || return 1; done
+}
+
+# build <command...>: builds k8s.io/kubernetes/cmd/<command> for each into $BIN, in a wrapper
+# module that requires k8s.io/kubernetes at $KUBE_VERSION.
+build() {
   go_env
   local wrapper="$SK_CACHE/kube/$KUBE_VERSION/wrapper"
   mkdir -p "$wrapper" "$BIN"
-  log "building Kubernetes $KUBE_VERSION control plane from the Go module proxy (cold: 15-25 min on 2 cores)"
   local gomod
   gomod=$(cd "$wrapper" && go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
   [[ -f $gomod ]] || die "could not download k8s.io/kubernetes@$KUBE_VERSION"
-  # k8s.io/kubernetes replaces its staging modules with local paths absent from the module zip;
-  # point each one at its published v0.x.y release instead.
-  local staging_version="v0.${KUBE_VERSION#v1.}"
+  if [[ ! -f $wrapper/go.mod ]]; then
+    # k8s.io/kubernetes replaces its staging modules with local paths absent from the module zip;
+    # point each one at its published v0.x.y release instead.
+    local staging_version="v0.${KUBE_VERSION#v1.}"
+    {
+      echo "module streamkeeper.dev/kube-wrapper"
+      echo
+      echo "go 1.24.0"
+      echo
+      echo "require k8s.io/kubernetes $KUBE_VERSION"
+      echo
+      grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$gomod" \
+        | awk -v v="$staging_version" '{print "replace " $1 " => " $1 " " v}'
+    } > "$wrapper/go.mod"
+  fi
   {
-    echo "module streamkeeper.dev/kube-wrapper"
-    echo
-    echo "go 1.24.0"
-    echo
-    echo "require k8s.io/kubernetes $KUBE_VERSION"
-    echo
-    grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$gomod" \
-      | awk -v v="$staging_version" '{print "replace " $1 " => " $1 " " v}'
-  } > "$wrapper/go.mod"
-  cat > "$wrapper/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "go.etcd.io/etcd/server/v3"
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
+    printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "go.etcd.io/etcd/server/v3"\n'
+    local name
+    for name in "${CONTROL_PLANE[@]}" "${NODE[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$name"; done
+    printf ')\n'
+  } > "$wrapper/tools.go"
   local minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
   local ldflags="-s -w"
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
     ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
+  local packages=()
+  for name in "$@"; do packages+=("k8s.io/kubernetes/cmd/$name"); done
   (
     cd "$wrapper"
     go mod tidy -e >/dev/null 2>&1 || true
-    # etcd comes from the same module graph: k8s.io/kubernetes pins go.etcd.io/etcd/server/v3.
-    go build -trimpath -ldflags "$ldflags" -o "$BIN/" \
-      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
-    go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3
-  ) || die "building the control plane failed"
+    go build -trimpath -ldflags "$ldflags" -o "$BIN/" "${packages[@]}"
+  ) || die "building $* failed"
+}
+
+install() {
+  if has_binaries "${CONTROL_PLANE[@]}" etcd; then return 0; fi
+  log "building Kubernetes $KUBE_VERSION control plane from the Go module proxy (cold: 15-25 min on 2 cores)"
+  build "${CONTROL_PLANE[@]}"
+  # etcd comes from the same module graph: k8s.io/kubernetes pins go.etcd.io/etcd/server/v3.
+  (cd "$SK_CACHE/kube/$KUBE_VERSION/wrapper" && go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3) \
+    || die "building etcd failed"
   log "built: $(ls "$BIN" | tr '\n' ' ')"
+}
+
+install_node() {
+  install
+  if has_binaries "${NODE[@]}"; then return 0; fi
+  log "building the kubelet and kube-proxy $KUBE_VERSION (cold, after the control plane: ~3 min)"
+  build "${NODE[@]}"
 }
 
 write_certs() {
@@ -81,10 +104,12 @@ write_certs() {
   openssl rsa -in "$c/sa.key" -pubout -out "$c/sa.pub" 2>/dev/null
   [[ -f $c/ca.key ]] || openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=streamkeeper-test-ca" \
       -keyout "$c/ca.key" -out "$c/ca.crt" 2>/dev/null
+  # A certificate from before the node's address was among its names is made again.
+  grep -q "IP:$NODE_IP" "$c/ext.cnf" 2>/dev/null || rm -f "$c/apiserver.crt"
   if [[ ! -f $c/apiserver.crt ]]; then
     openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout "$c/apiserver.key" \
       -out "$c/apiserver.csr" 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\n' > "$c/ext.cnf"
+    printf 'subjectAltName=IP:127.0.0.1,IP:10.0.0.1,IP:%s,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\n' "$NODE_IP" > "$c/ext.cnf"
     openssl x509 -req -in "$c/apiserver.csr" -CA "$c/ca.crt" -CAkey "$c/ca.key" -CAcreateserial \
       -days 3650 -extfile "$c/ext.cnf" -out "$c/apiserver.crt" 2>/dev/null
   fi
@@ -135,13 +160,17 @@ start() {
   wait_until 60 etcd curl -sf "http://127.0.0.1:$ETCD_PORT/health" \
     || die "etcd did not become healthy; see $STATE/etcd.log"
   local c="$STATE/certs"
+  local profile_flags=(--advertise-address 127.0.0.1 --disable-admission-plugins ServiceAccount)
+  # The kubelet's node has no resolvable host name: `kubectl logs` and `exec` go to its address.
+  [[ $PROFILE == node ]] && profile_flags=(--advertise-address "$NODE_IP"
+    --kubelet-preferred-address-types InternalIP)
   launch kube-apiserver "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --cert-dir "$c" --tls-cert-file "$c/apiserver.crt" --tls-private-key-file "$c/apiserver.key" \
-    --secure-port "$API_PORT" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
+    --secure-port "$API_PORT" --bind-address 127.0.0.1 "${profile_flags[@]}" \
     --service-cluster-ip-range 10.0.0.0/24 --allow-privileged=true --authorization-mode RBAC \
     --token-auth-file "$c/tokens.csv" --client-ca-file "$c/ca.crt" \
     --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$c/sa.pub" \
-    --service-account-signing-key-file "$c/sa.key" --disable-admission-plugins ServiceAccount \
+    --service-account-signing-key-file "$c/sa.key" \
     --enable-priority-and-fairness=false --storage-media-type application/json --v 0
   wait_until 120 kube-apiserver curl -sfk -H "Authorization: Bearer $TOKEN" "https://127.0.0.1:$API_PORT/readyz" \
     || die "kube-apiserver did not become ready; see $STATE/kube-apiserver.log"
@@ -154,7 +183,7 @@ start() {
     --leader-elect=false --bind-address 127.0.0.1 --secure-port 0
   wait_until 60 "default service account" "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" get serviceaccount default \
     || die "kube-controller-manager did not create the default service account; see $STATE/kube-controller-manager.log"
-  log "control plane $KUBE_VERSION at https://127.0.0.1:$API_PORT"
+  log "control plane $KUBE_VERSION at https://127.0.0.1:$API_PORT (profile $PROFILE)"
   echo "$KUBECONFIG_FILE"
 }
 
@@ -166,8 +195,9 @@ stop() {
 
 case "${1:-}" in
   install) install ;;
+  install-node) install_node ;;
   start) start ;;
   stop) stop ;;
   env) echo "KUBECONFIG=$KUBECONFIG_FILE"; echo "SK_KUBE_BIN=$BIN" ;;
-  *) die "usage: $0 install|start|stop|env" ;;
+  *) die "usage: $0 install|install-node|start|stop|env" ;;
 esac

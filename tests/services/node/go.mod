@@ -1,0 +1,3 @@
+module streamkeeper.dev/node-pause
+
+go 1.24.0
