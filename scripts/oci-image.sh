@@ -16,9 +16,11 @@
 #
 # scripts/oci_image.py does the work from ./Dockerfile alone: the runtime stage becomes a
 # debootstrap'd Debian (the stage's FROM release, minbase) on which the stage's own RUN runs in a
-# chroot, so RUNTIME_PACKAGES and the nonroot user are the Dockerfile's. That rootfs and its layer
-# are cached in $SK_CACHE/images/runtime-<hash of release and RUN>; a rebuild after a code change
-# re-tars only the binary layer. Cold: a few minutes (network); warm: seconds. Needs root for the
+# chroot, so RUNTIME_PACKAGES and the nonroot user are the Dockerfile's; the builder stage is not
+# built: cargo's output folder stands for its /out. The debootstrap'd Debian is kept in
+# $SK_CACHE/images/debian-<release>-<arch>-r<recipe> (tests/e2e/images.sh's stand-ins start from
+# it too), the runtime rootfs and its layer in $SK_CACHE/images/runtime-<hash of release and RUN>;
+# a rebuild after a code change re-tars only the binary layer. Cold: a few minutes (network); warm: seconds. Needs root for the
 # cold build (debootstrap, chroot). Names, VERSION and REGISTRY are scripts/images.sh's;
 # REVISION and CREATED (the OCI labels) default to HEAD and its commit time, so the same commit
 # and binaries give the same archive. DEBIAN_MIRROR picks the debootstrap mirror.
@@ -73,52 +75,21 @@ build() {
   for target in "${TARGETS[@]}"; do
     local ref start=$SECONDS
     ref=$(name "$target")
-    python3 scripts/oci_image.py --dockerfile Dockerfile --target "$target" --name "$ref" \
-      --bin-dir "$bin_dir" --cache "$IMAGES" --out "$(archive "$target")" --created "$CREATED" \
-      --mirror "$MIRROR" --build-arg "VERSION=${ref##*:}" --build-arg "REVISION=$REVISION" \
-      --build-arg "CREATED=$CREATED" || die "building $ref failed (above)"
+    [[ -f $bin_dir/streamkeeper-$target ]] || die "$bin_dir/streamkeeper-$target is missing: build" \
+      "it first (cargo build --workspace, with --release for the release profile)"
+    # The Dockerfile's builder stage leaves the binaries in /out: here cargo's output stands for it.
+    python3 -B scripts/oci_image.py --dockerfile Dockerfile --target "$target" --name "$ref" \
+      --context . --stage-dir "builder:/out=$bin_dir" --cache "$IMAGES" --out "$(archive "$target")" \
+      --created "$CREATED" --mirror "$MIRROR" --build-arg "VERSION=${ref##*:}" \
+      --build-arg "REVISION=$REVISION" --build-arg "CREATED=$CREATED" || die "building $ref failed (above)"
     log "$ref built in $(( SECONDS - start )) s"
   done
 }
 
-# A private containerd: nothing of the machine's own (/run/containerd) is used or touched.
+# A private containerd (scripts/private-containerd.sh): nothing of the machine's own is touched.
 CHECK_DIR=/tmp/sk-containerd
-SOCKET=$CHECK_DIR/containerd.sock
-
-start_containerd() {
-  if ! command -v containerd >/dev/null || ! command -v runc >/dev/null; then
-    die "containerd and runc are missing: apt-get install containerd runc"
-  fi
-  stop_containerd
-  mkdir -p "$CHECK_DIR"
-  # The CRI plugin (what a kubelet talks to) would otherwise write negative oom_score_adj values,
-  # which some VMs refuse (EIO: "can't get final child's PID from pipe"); ctr does not need it.
-  cat > "$CHECK_DIR/config.toml" <<EOF
-version = 2
-root = "$CHECK_DIR/root"
-state = "$CHECK_DIR/state"
-[grpc]
-  address = "$SOCKET"
-[plugins."io.containerd.grpc.v1.cri"]
-  restrict_oom_score_adj = true
-EOF
-  containerd --config "$CHECK_DIR/config.toml" > "$CHECK_DIR/containerd.log" 2>&1 &
-  echo $! > "$CHECK_DIR/pid"
-  if ! wait_until 30 "private containerd" ctr -a "$SOCKET" version; then
-    tail -20 "$CHECK_DIR/containerd.log" >&2
-    stop_containerd
-    die "the private containerd did not answer within 30 s (its log above)"
-  fi
-}
-
-# Stops the private containerd and removes its root and state (each check starts empty).
-stop_containerd() {
-  stop_pidfile "$CHECK_DIR/pid" "private containerd"
-  if grep -q " $CHECK_DIR/" /proc/self/mounts; then
-    die "mounts under $CHECK_DIR remain (grep $CHECK_DIR /proc/self/mounts); not removing it"
-  fi
-  rm -rf "$CHECK_DIR"
-}
+# shellcheck source=scripts/private-containerd.sh
+source scripts/private-containerd.sh
 
 check() {
   [[ $(id -u) -eq 0 ]] || die "running containers needs root"
@@ -129,14 +100,14 @@ check() {
     ref=$(name "$target")
     file=$(archive "$target")
     [[ -f $file ]] || die "$file is missing: run $0 build"
-    ctr -a "$SOCKET" -n k8s.io images import "$file" || die "importing $file failed"
+    pctr images import "$file" || die "importing $file failed"
     # ctr 1.6 has no --user: the process runs as the image config's User, which this prints.
     # shellcheck disable=SC2016 # expanded in the container
-    ctr -a "$SOCKET" -n k8s.io run --rm --read-only "$(full_name "$ref")" "sk-check-$target" \
+    pctr run --rm --read-only "$(full_name "$ref")" "sk-check-$target" \
       /bin/sh -c 'echo "running as $(id -u):$(id -g)"; exec "$0" --help' \
       "/usr/local/bin/streamkeeper-$target" || die "streamkeeper-$target --help failed in $ref"
   done
-  ctr -a "$SOCKET" -n k8s.io images ls
+  pctr images ls
 }
 
 verb="${1:-}"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, starts the real services (Kafka, S3,
-# Kubernetes control plane) on loopback, runs the whole workspace's tests, stops the services.
+# Kubernetes control plane) on loopback, runs the whole workspace's tests, stops the services,
+# then runs the end-to-end scenario on a real node (kubelet, containerd; tests/e2e/real-node.sh).
 #
 #   tests/run.sh                      everything (what CI runs)
-#   tests/run.sh --test kafka_smoke   one group: any arguments go to `cargo test`
+#   tests/run.sh --test kafka_smoke   one group: any arguments go to `cargo test`, no end-to-end
 #
 # Caches (cargo target dir, Go builds, Kafka jars, SeaweedFS) live in
 # ${STREAMKEEPER_CACHE:-~/.cache/streamkeeper}, shared by every clone on the machine.
@@ -18,9 +19,14 @@ mkdir -p "$SK_RUN/logs"
 
 # Service installs (a cold Go build of the control plane is the longest) run beside the Rust build;
 # helm is a client only (its start and stop do nothing) but is installed and exported the same way.
+# The real node's kubelet builds in the control plane's Go module, so after it, in the same job.
 declare -A installs=()
 for service in kube kafka s3 helm; do
-  "$services/$service.sh" install > "$SK_RUN/logs/install-$service.log" 2>&1 &
+  if [[ $service == kube ]]; then
+    { "$services/kube.sh" install && "$services/node.sh" install; } > "$SK_RUN/logs/install-$service.log" 2>&1 &
+  else
+    "$services/$service.sh" install > "$SK_RUN/logs/install-$service.log" 2>&1 &
+  fi
   installs[$service]=$!
 done
 
@@ -53,4 +59,15 @@ for service in kafka s3 kube helm; do
 done
 
 step "cargo test"
-cargo test --workspace --locked --no-fail-fast "$@"
+status=0
+cargo test --workspace --locked --no-fail-fast "$@" || status=$?
+
+# The end-to-end scenario on the real node has its own control plane profile and runs Kafka and
+# S3 as pods: the services above stop first. A run of one test group (arguments) skips it.
+if (( $# == 0 )); then
+  for service in "${started[@]}"; do "$services/$service.sh" stop || true; done
+  started=()
+  step "end-to-end on the real node (tests/e2e/real-node.sh)"
+  tests/e2e/real-node.sh || status=$?
+fi
+exit "$status"

@@ -237,6 +237,8 @@ start() {
   install
   if running kubelet; then log "already running"; return 0; fi
   control_plane_for_node
+  # A new node: the volumes and address leases of an earlier one belong to a cluster that is gone.
+  rm -rf "$STATE/provisioner" "$STATE/cni/ipam"
   mkdir -p "$STATE"
   local provisioner
   provisioner=$(local_node_binary)

@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# kafka-consumer-groups.sh of the apache/kafka stand-in: Kafka's own script's main class, through kafka-run-class.sh.
+exec "$(dirname "$0")/kafka-run-class.sh" org.apache.kafka.tools.consumer.group.ConsumerGroupCommand "$@"
