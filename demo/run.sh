@@ -365,24 +365,9 @@ step "checking the output exactly (read_committed)"
 kafka_tool org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$SK_KAFKA_BOOTSTRAP" \
   --topic "$OUTPUT" --from-beginning --isolation-level read_committed --timeout-ms 15000 \
   --property print.key=true --property 'key.separator=	' > "$DEMO/output.tsv" 2>/dev/null || true
-verdict=$(python3 - "$DEMO/output.tsv" "$total" "$CARDS" <<'PY'
-import collections, json, sys
-path, total, cards = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-expected = collections.Counter(f"card-{(i * 7919) % cards}" for i in range(total))
-seen = collections.defaultdict(list)
-for line in open(path):
-    key, value = line.rstrip("\n").split("\t", 1)
-    seen[key].append(json.loads(value)["count"])
-bad = [k for k in expected if seen.get(k) != list(range(1, expected[k] + 1))]
-extra = set(seen) - set(expected)
-records = sum(len(v) for v in seen.values())
-print(json.dumps({"cards": len(expected), "events": total, "output_records": records,
-                  "exact": not bad and not extra, "wrong_cards": sorted(bad)[:5]}))
-PY
-)
-echo "$verdict"
-python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["exact"] else 1)' "$verdict" \
+verdict=$(python3 scripts/card-count-verdict.py "$DEMO/output.tsv" "$total" "$CARDS") \
   || die "the output is NOT exact: $verdict"
+echo "$verdict"
 
 step "the job's status, as the operator reports it from the workers"
 start=$SECONDS

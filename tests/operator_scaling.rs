@@ -3,8 +3,9 @@
 //! 3 pods and back to 2. The new pod gets tasks only through warm-up copies, the removed pod's
 //! tasks go to their standbys, and no active copy is ever rebuilt from a checkpoint or the
 //! whole changelog while a warm copy exists: every restore an active copy reports in the scene
-//! starts from its own local state. The output is exactly one count per event. Its own test
-//! binary, so it never shares the machine with another scene.
+//! starts from its own local state. The status names the new pod's tasks as soon as they run
+//! there. The output is exactly one count per event. Its own test binary, so it never shares
+//! the machine with another scene.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod operator_support;
@@ -118,6 +119,16 @@ async fn scaling_up_and_down_moves_tasks_through_warm_copies_only() {
         "the new pod runs a task: {document:?}"
     );
     eprintln!("scaling up: active copies restored from local state: {up:?}");
+    // The status names the new pod's task at once, although nothing else changed in the job.
+    let shown = system.status_follows(&document).await;
+    eprintln!(
+        "scaling up: the status named the new owners {:.2} s after they ran",
+        shown.as_secs_f64()
+    );
+    assert!(
+        shown <= STATUS_AFTER_MOVE,
+        "the status named the new owners {shown:?} after they ran (bound {STATUS_AFTER_MOVE:?})"
+    );
 
     let before = active_restores(&system).await;
     scale(&system, 2).await;

@@ -78,6 +78,7 @@ impl Context {
             reporter: self.reporter.clone(),
             leadership: self.leadership.clone(),
             metrics: Arc::clone(&self.metrics),
+            refresh: self.failovers.refresh.sender(),
         }
     }
 

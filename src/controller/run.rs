@@ -4,7 +4,8 @@
 //! A job triggers a reconcile only when something the reconcile acts on changes (see
 //! [`reconcile_relevant`]): the operator's own status writes (task lag, restore progress) must
 //! not trigger the next reconcile, or a busy job would be reconciled in a loop. Status freshness
-//! comes from the requeue intervals and from the owned objects' changes instead.
+//! comes from the requeue intervals, the owned objects' changes, and the failover loops' requests
+//! once a move has finished.
 
 use crate::api::StatefulStreamJob;
 use crate::controller::Context;
@@ -58,8 +59,13 @@ pub async fn run(
     .reflect(writer)
     .applied_objects()
     .predicate_filter(reconcile_relevant, Default::default());
-    Controller::for_stream(jobs, reader)
-        .with_config(controller::Config::default().concurrency(concurrency))
+    let mut controller = Controller::for_stream(jobs, reader)
+        .with_config(controller::Config::default().concurrency(concurrency));
+    // A finished move changes the status but nothing watched (see failover::refresh).
+    if let Some(refreshes) = ctx.failovers.refresh.take_requests() {
+        controller = controller.reconcile_on(refreshes);
+    }
+    controller
         .owns(scoped::<StatefulSet>(&client, namespace), owned.clone())
         .owns(scoped::<ConfigMap>(&client, namespace), owned.clone())
         .owns(scoped::<Service>(&client, namespace), owned.clone())

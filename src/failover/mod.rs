@@ -18,6 +18,7 @@
 pub mod facts;
 pub mod health;
 pub mod moves;
+pub mod refresh;
 pub mod registry;
 pub mod store;
 pub mod zones;
@@ -88,6 +89,8 @@ pub struct FailoverDeps {
     pub reporter: Reporter,
     pub leadership: Leadership,
     pub metrics: Arc<Metrics>,
+    /// Asks for the job's status to be written again once a move has finished.
+    pub refresh: refresh::RefreshSender,
 }
 
 /// A worker pod as the loop lists it.

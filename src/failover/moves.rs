@@ -228,7 +228,8 @@ pub fn committed_already(
         .collect()
 }
 
-/// Records the first commits seen in `reports`: the status's move, the histogram, a log line.
+/// Records the first commits seen in `reports`: the status's move, the histogram, a log line,
+/// and a request to write the status now (its owners changed).
 /// A move whose task moved on again, or that waited over a minute, is dropped unmeasured.
 pub(super) fn first_commits(
     deps: &FailoverDeps,
@@ -238,7 +239,8 @@ pub(super) fn first_commits(
     reports: &[(String, Vec<TaskReport>)],
     now: Instant,
 ) {
-    for task in committed(pending, reports) {
+    let finished = committed(pending, reports);
+    for &task in &finished {
         let Some(moved) = pending.remove(&task) else {
             continue;
         };
@@ -247,6 +249,9 @@ pub(super) fn first_commits(
         deps.metrics.moved_task_committed(moved.promoted, stall);
         shared.record_first_commit(task, moved.promoted, after_decision.as_secs_f64());
         tracing::info!(job = %job.name, task, to = %moved.to, promoted = moved.promoted, stall_seconds = stall.as_secs_f64(), after_decision_seconds = after_decision.as_secs_f64(), "the task's new owner committed");
+    }
+    if !finished.is_empty() {
+        deps.refresh.request(&job.namespace, &job.name);
     }
     pending
         .retain(|_, moved| now.saturating_duration_since(moved.decided) < Duration::from_secs(60));
@@ -416,5 +421,65 @@ mod tests {
         );
         let committing = at("job-1", report(TaskRole::Active, TaskPhase::Running, 1));
         assert_eq!(committed(&pending, &committing), [2]);
+    }
+
+    #[tokio::test]
+    async fn a_finished_move_asks_for_the_jobs_status_to_be_written_now() {
+        use futures::StreamExt;
+        let refresh = super::super::refresh::StatusRefresh::default();
+        let mut requests = refresh.take_requests().unwrap();
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap()))
+                .unwrap();
+        let deps = FailoverDeps {
+            client,
+            reporter: "test".into(),
+            leadership: crate::leadership::Leadership::unconditional(),
+            metrics: std::sync::Arc::new(crate::metrics::Metrics::new()),
+            refresh: refresh.sender(),
+        };
+        let job = FailoverJob {
+            namespace: "shop".into(),
+            name: "card-count".into(),
+            owner: Default::default(),
+            tasks: 4,
+            desired_pods: 2,
+            standby_replicas: 1,
+            acceptable_recovery_lag: 10_000,
+            heartbeat_timeout: Duration::from_secs(2),
+            port: 8080,
+        };
+        let now = Instant::now();
+        let mut pending = BTreeMap::from([(
+            2,
+            PendingMove {
+                to: "job-1".into(),
+                promoted: false,
+                since: now,
+                decided: now,
+            },
+        )]);
+        let running = |commits| {
+            vec![(
+                "job-1".to_string(),
+                vec![TaskReport {
+                    phase: TaskPhase::Running,
+                    committed_transactions: commits,
+                    ..TaskReport::new(2, TaskRole::Active)
+                }],
+            )]
+        };
+        let shared = Shared::default();
+        first_commits(&deps, &job, &shared, &mut pending, &running(0), now);
+        assert_eq!(pending.len(), 1, "not finished before its first commit");
+        first_commits(&deps, &job, &shared, &mut pending, &running(1), now);
+        assert!(pending.is_empty());
+        drop(deps);
+        drop(refresh);
+        let asked: Vec<_> = requests.by_ref().collect().await;
+        assert_eq!(
+            asked,
+            [kube::runtime::reflector::ObjectRef::new("card-count").within("shop")]
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! when the name belongs to a new pod. Ending it at deletion would let the loop hand the
 //! stopping pod new copies, and then tasks, in the moment before its process exits.
 
+use super::refresh::StatusRefresh;
 use super::{FailoverDeps, FailoverJob, run};
 use crate::api::TaskMove;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -19,6 +20,8 @@ use tokio::sync::watch;
 #[derive(Default)]
 pub struct Failovers {
     loops: Mutex<HashMap<String, Running>>,
+    /// The loops' requests to write a job's status now.
+    pub refresh: StatusRefresh,
 }
 
 /// One job's loop as the registry holds it.

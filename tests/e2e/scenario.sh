@@ -176,24 +176,10 @@ check_output_exact() {
   kafka /opt/kafka/bin/kafka-console-consumer.sh --bootstrap-server localhost:9092 --topic "$OUTPUT" \
     --from-beginning --isolation-level read_committed --timeout-ms 20000 \
     --property print.key=true --property 'key.separator=	' > "$output" 2>/dev/null || true
-  verdict=$(python3 - "$output" "$total" "$CARDS" <<'PY'
-import collections, json, sys
-path, total, cards = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-expected = collections.Counter(f"card-{(i * 7919) % cards}" for i in range(total))
-seen = collections.defaultdict(list)
-for line in open(path):
-    key, value = line.rstrip("\n").split("\t", 1)
-    seen[key].append(json.loads(value)["count"])
-bad = [k for k in expected if seen.get(k) != list(range(1, expected[k] + 1))]
-extra = set(seen) - set(expected)
-print(json.dumps({"cards": len(expected), "events": total, "output_records": sum(map(len, seen.values())),
-                  "exact": not bad and not extra, "wrong_cards": sorted(bad)[:5]}))
-PY
-)
+  verdict=$(python3 scripts/card-count-verdict.py "$output" "$total" "$CARDS") \
+    || die "the output is NOT exact: $verdict"
   rm -f "$output"
   echo "$verdict"
-  python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["exact"] else 1)' "$verdict" \
-    || die "the output is NOT exact: $verdict"
 }
 
 check_recovery_shown() {

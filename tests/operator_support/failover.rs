@@ -17,6 +17,10 @@ use streamkeeper_contract::{AssignmentDocument, TaskReportsDocument, Versioned};
 pub const PARTITIONS: i32 = 4;
 pub const CARDS: u32 = 60;
 pub const WAIT: Duration = Duration::from_secs(180);
+/// How soon the status names a moved task's new owner once it runs there: a reconcile, its
+/// worker reports and the status write, not the next periodic refresh (up to 75 s for a
+/// steady job).
+pub const STATUS_AFTER_MOVE: Duration = Duration::from_secs(10);
 const NAME: &str = "cards";
 
 /// An operator process named `identity` in the Lease, with the leadership tests' short lease
@@ -427,6 +431,28 @@ impl System {
             .filter(|e| e.reason.as_deref() == Some(reason))
             .filter_map(|e| e.note)
             .collect()
+    }
+
+    /// Waits until the status names each task's owner where `document` places its active copy,
+    /// which the caller has seen running there; how long that took.
+    pub async fn status_follows(&self, document: &AssignmentDocument) -> Duration {
+        let jobs: Api<StatefulStreamJob> = Api::namespaced(self.client.clone(), &self.namespace);
+        let start = std::time::Instant::now();
+        wait_until(
+            "the status names each task's owner as assigned",
+            async || {
+                let status = jobs.get(self.name).await.ok()?.status?;
+                document
+                    .tasks
+                    .iter()
+                    .all(|t| {
+                        let shown = status.tasks.get(t.task as usize);
+                        shown.and_then(|s| s.owner.as_ref()) == t.active.as_ref()
+                    })
+                    .then(|| start.elapsed())
+            },
+        )
+        .await
     }
 
     /// Waits until the status shows `task`'s last promotion timed to its new owner's first

@@ -1,7 +1,8 @@
 //! The worker pod template: one `worker` container running the config from the ConfigMap, with
 //! the state volume, secrets as read-only files (the job's worker token among them), no
 //! service-account token, a locked-down security context, and the user's
-//! scheduling overrides merged with an anti-affinity that spreads the job's pods over nodes.
+//! scheduling overrides merged with an anti-affinity that spreads the job's pods over nodes,
+//! and a spread of them over zones.
 
 use crate::api::{PullPolicy, RestoreSource};
 use crate::controller::labels;
@@ -11,8 +12,8 @@ use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
     EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector, PodAffinityTerm,
     PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource,
-    SeccompProfile, SecretProjection, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
-    VolumeProjection, WeightedPodAffinityTerm,
+    SeccompProfile, SecretProjection, SecretVolumeSource, SecurityContext,
+    TopologySpreadConstraint, Volume, VolumeMount, VolumeProjection, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -67,6 +68,7 @@ pub fn template(job: &ValidatedJob, config_hash: &str) -> PodTemplateSpec {
             node_selector: Some(workers.pod.node_selector.clone()).filter(|m| !m.is_empty()),
             tolerations: Some(workers.pod.tolerations.clone()).filter(|t| !t.is_empty()),
             affinity: Some(affinity(job)),
+            topology_spread_constraints: Some(vec![zone_spread(job)]),
             ..PodSpec::default()
         }),
     }
@@ -384,6 +386,23 @@ fn affinity(job: &ValidatedJob) -> Affinity {
         preferred.push(spread);
     }
     affinity
+}
+
+/// The job's pods spread evenly over zones (`topology.kubernetes.io/zone`), so the assignment
+/// can put a task's standby in another zone than its active: a lost zone then costs a
+/// promotion, not a restore. `ScheduleAnyway`: a cluster without zones, or with fewer nodes than
+/// pods in a zone, still runs every replica.
+fn zone_spread(job: &ValidatedJob) -> TopologySpreadConstraint {
+    TopologySpreadConstraint {
+        max_skew: 1,
+        topology_key: crate::failover::zones::ZONE_LABEL.into(),
+        when_unsatisfiable: "ScheduleAnyway".into(),
+        label_selector: Some(LabelSelector {
+            match_labels: Some(labels::selector(&job.name)),
+            ..LabelSelector::default()
+        }),
+        ..TopologySpreadConstraint::default()
+    }
 }
 
 #[cfg(test)]

@@ -330,6 +330,26 @@ preferredDuringSchedulingIgnoredDuringExecution:
 }
 
 #[test]
+fn the_jobs_pods_are_spread_over_zones_without_ever_blocking_a_replica() {
+    let built = template(&fixtures::validated(), "0123456789abcdef");
+    let spread = built.spec.unwrap().topology_spread_constraints.unwrap();
+    assert_eq!(
+        json(&spread),
+        yaml(
+            r#"
+- maxSkew: 1
+  topologyKey: topology.kubernetes.io/zone
+  whenUnsatisfiable: ScheduleAnyway
+  labelSelector:
+    matchLabels:
+      app.kubernetes.io/instance: card-count
+      app.kubernetes.io/name: streamkeeper-worker
+"#
+        )
+    );
+}
+
+#[test]
 fn anti_affinity_is_not_added_twice() {
     let job = fixtures::validated();
     let once = affinity(&job);
