@@ -169,6 +169,18 @@ async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>, shared: 
     }
 }
 
+/// Whether this poll decides nothing: no pod may hold a task, or the first decision waits for
+/// the pods. With no place at all there is no decision to make without the replaced
+/// processes: nothing can move, so they count by their new processes from now on. Otherwise a
+/// job whose every pod was recreated at once (a resume seen across the loop's listings, a whole
+/// restart) would wait for them forever.
+fn no_decision(places_empty: bool, waiting_for_pods: bool, heartbeats: &mut Heartbeats) -> bool {
+    if places_empty && !waiting_for_pods {
+        heartbeats.replacements_decided();
+    }
+    places_empty || waiting_for_pods
+}
+
 /// Why a poll could not finish; the next one tries again.
 #[derive(Debug, thiserror::Error)]
 enum PollError {
@@ -242,7 +254,7 @@ async fn tick(
     let waiting_for_pods = state.document.is_none()
         && answered < usize::try_from(job.desired_pods).unwrap_or(0)
         && state.started.elapsed() < FIRST_DECISION_WAIT;
-    if places.is_empty() || waiting_for_pods {
+    if no_decision(places.is_empty(), waiting_for_pods, &mut state.heartbeats) {
         return Ok(());
     }
     let copies = facts::copies(&reports, job.acceptable_recovery_lag);
@@ -502,5 +514,44 @@ fn send(job: &FailoverJob, state: &LoopState, now: Instant) {
                 tracing::warn!(%pod, generation = document.generation, %error, "the assignment did not reach this pod; sending again");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_whose_every_pod_was_recreated_at_once_runs_on_the_new_processes() {
+        let start = Instant::now();
+        let mut beats = Heartbeats::default();
+        for pod in ["job-0", "job-1"] {
+            beats.record(pod, Poll::Answered(Some("1-100")), start);
+            beats.replaced(pod);
+            beats.record(pod, Poll::Answered(Some("1-200")), start);
+        }
+        assert!(!beats.alive("job-0", start) && !beats.alive("job-1", start));
+        assert!(
+            no_decision(true, false, &mut beats),
+            "no place: nothing decided"
+        );
+        assert!(
+            beats.alive("job-0", start) && beats.alive("job-1", start),
+            "the next poll places the tasks on the new processes"
+        );
+    }
+
+    #[test]
+    fn waiting_for_the_pods_keeps_a_replaced_process_down() {
+        let start = Instant::now();
+        let mut beats = Heartbeats::default();
+        beats.record("job-0", Poll::Answered(Some("1-100")), start);
+        beats.replaced("job-0");
+        assert!(no_decision(false, true, &mut beats));
+        assert!(!beats.alive("job-0", start));
+        assert!(
+            !no_decision(false, false, &mut beats),
+            "a place: the caller decides"
+        );
     }
 }

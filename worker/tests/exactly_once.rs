@@ -109,6 +109,13 @@ async fn graceful_restart_replays_nothing() {
 
     let mut worker = job.start(None);
     job.wait_until_caught_up(&mut worker, Duration::from_secs(120));
+    // The first worker may have committed everything before it stopped: then the input is
+    // caught up at once, and the restarted one must still be given the time to open its tasks.
+    support::checkpoints::wait_for(
+        "the restarted worker's restores",
+        Duration::from_secs(60),
+        || restored_tasks(&worker.log()) == all_tasks(PARTITIONS),
+    );
     worker.terminate(Duration::from_secs(30));
     let log = worker.log();
     assert_eq!(
