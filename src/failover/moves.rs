@@ -203,34 +203,6 @@ fn commits_as_owner(reports: &[(String, Vec<TaskReport>)], pod: &str, task: u32)
         })
 }
 
-/// Whether `pod` runs `task` as its active with nothing to commit: no commit yet and no input
-/// waiting. An idle task never commits, so its move is over without a first commit to time.
-fn idle_as_owner(reports: &[(String, Vec<TaskReport>)], pod: &str, task: u32) -> bool {
-    reports
-        .iter()
-        .filter(|(name, _)| name == pod)
-        .flat_map(|(_, list)| list)
-        .any(|r| {
-            r.task == task
-                && r.role == TaskRole::Active
-                && r.phase == TaskPhase::Running
-                && r.committed_transactions == 0
-                && r.input_lag == Some(0)
-        })
-}
-
-/// The pending moves whose new owner runs its task caught up with no input to commit.
-pub fn idle(
-    pending: &BTreeMap<u32, PendingMove>,
-    reports: &[(String, Vec<TaskReport>)],
-) -> Vec<u32> {
-    pending
-        .iter()
-        .filter(|(task, to)| idle_as_owner(reports, &to.to, **task))
-        .map(|(task, _)| *task)
-        .collect()
-}
-
 /// The pending moves whose new owner now reports a commit of its task as the running active.
 /// Pure, so it is tested; the caller takes them out of `pending`.
 pub fn committed(
@@ -257,10 +229,8 @@ pub fn committed_already(
 }
 
 /// Records the first commits seen in `reports`: the status's move, the histogram, a log line,
-/// and a request to write the status now (its owners changed). A move to an owner that runs
-/// the task idle (no input to commit) is over too, unmeasured: holding it pending would hold
-/// the balance for a minute. A move whose task moved on again, or that waited over a minute, is
-/// dropped unmeasured.
+/// and a request to write the status now (its owners changed).
+/// A move whose task moved on again, or that waited over a minute, is dropped unmeasured.
 pub(super) fn first_commits(
     deps: &FailoverDeps,
     job: &FailoverJob,
@@ -280,13 +250,7 @@ pub(super) fn first_commits(
         shared.record_first_commit(task, moved.promoted, after_decision.as_secs_f64());
         tracing::info!(job = %job.name, task, to = %moved.to, promoted = moved.promoted, stall_seconds = stall.as_secs_f64(), after_decision_seconds = after_decision.as_secs_f64(), "the task's new owner committed");
     }
-    let idle = idle(pending, reports);
-    for task in &idle {
-        if let Some(moved) = pending.remove(task) {
-            tracing::info!(job = %job.name, task, to = %moved.to, promoted = moved.promoted, "the task's new owner runs it, with no input to commit");
-        }
-    }
-    if !finished.is_empty() || !idle.is_empty() {
+    if !finished.is_empty() {
         deps.refresh.request(&job.namespace, &job.name);
     }
     pending
@@ -457,41 +421,6 @@ mod tests {
         );
         let committing = at("job-1", report(TaskRole::Active, TaskPhase::Running, 1));
         assert_eq!(committed(&pending, &committing), [2]);
-        assert!(idle(&pending, &committing).is_empty(), "it commits");
-    }
-
-    #[test]
-    fn a_move_to_an_owner_with_no_input_to_commit_is_over_once_it_runs_caught_up() {
-        let start = Instant::now();
-        let pending = BTreeMap::from([(
-            1,
-            PendingMove {
-                to: "job-1".into(),
-                promoted: true,
-                since: start,
-                decided: start,
-            },
-        )]);
-        let running = |lag| {
-            vec![(
-                "job-1".to_string(),
-                vec![TaskReport {
-                    phase: TaskPhase::Running,
-                    input_lag: lag,
-                    ..TaskReport::new(1, TaskRole::Active)
-                }],
-            )]
-        };
-        assert!(
-            idle(&pending, &running(None)).is_empty(),
-            "lag not known yet"
-        );
-        assert!(idle(&pending, &running(Some(3))).is_empty(), "input waits");
-        assert_eq!(idle(&pending, &running(Some(0))), [1]);
-        assert!(
-            committed(&pending, &running(Some(0))).is_empty(),
-            "nothing to time"
-        );
     }
 
     #[tokio::test]
