@@ -36,6 +36,9 @@ pub mod reasons {
     // Ready
     pub const ALL_TASKS_RUNNING: &str = "AllTasksRunning";
     pub const TASKS_NOT_RUNNING: &str = "TasksNotRunning";
+    /// A task's owner stopped it on an error (its changelog lost, its input position
+    /// contradicting its state); the message names the task, the pod and the worker's reason.
+    pub const TASK_FAILED: &str = "TaskFailed";
     pub const RECONCILING: &str = "Reconciling";
     pub const SUSPENDED: &str = "Suspended";
     // RetentionSafe

@@ -349,6 +349,7 @@ fn worker_pod(namespace: &str) -> Pod {
         &validated,
         &streamkeeper::controller::Facts {
             input_partitions: 4,
+            pods_kept: None,
         },
     );
     let set = serde_json::to_value(&desired.stateful_set).unwrap();

@@ -93,6 +93,7 @@ async fn apply_creates_every_object_updates_them_and_a_no_op_writes_nothing() {
         &validate(&stored).unwrap(),
         &Facts {
             input_partitions: 3,
+            pods_kept: None,
         },
     );
     let config_maps: Api<ConfigMap> = Api::namespaced(s.client.clone(), &s.namespace);

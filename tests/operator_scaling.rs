@@ -1,7 +1,8 @@
 //! Scaling through the whole system (operator binary, local node agent, worker processes, real
 //! Kafka, S3 and apiserver): a job of 2 pods with 1 standby per task, input flowing, scaled to
-//! 3 pods and back to 2. The new pod gets tasks only through warm-up copies, the removed pod's
-//! tasks go to their standbys, and no active copy is ever rebuilt from a checkpoint or the
+//! 3 pods and back to 2. The new pod gets tasks only through warm-up copies, the removed pod
+//! hands its tasks to their standbys while it still runs (the StatefulSet keeps it until it
+//! holds nothing), and no active copy is ever rebuilt from a checkpoint or the
 //! whole changelog while a warm copy exists: every restore an active copy reports in the scene
 //! starts from its own local state. The status names the new pod's tasks as soon as they run
 //! there. The output is exactly one count per event. Its own test binary, so it never shares
@@ -142,6 +143,21 @@ async fn scaling_up_and_down_moves_tasks_through_warm_copies_only() {
         document.active_tasks_of("cards-2").next().is_none()
             && document.tasks.iter().all(|t| t.standbys.len() == 1),
         "the removed pod holds nothing and every task has a standby again: {document:?}"
+    );
+    // Its tasks were handed off while it still ran, before the StatefulSet let it go; a pod
+    // that is already stopping would make each move note so.
+    let from_removed: Vec<String> = system
+        .event_notes("HandedOff")
+        .await
+        .into_iter()
+        .filter(|note| note.contains("moved from cards-2"))
+        .collect();
+    assert!(
+        !from_removed.is_empty()
+            && from_removed
+                .iter()
+                .all(|note| note.contains("(the job scales down: it leaves once it holds nothing)")),
+        "every move off the removed pod is a handoff while it runs: {from_removed:?}"
     );
 
     let events = producing.stop();

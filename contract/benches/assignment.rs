@@ -8,7 +8,7 @@
 //! `target/bench/assignment.json` under the cargo target directory).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // bench code
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use streamkeeper_contract::{
     AssignmentDocument, AssignmentFacts, CopyLag, PodPlace, next_assignment,
@@ -68,6 +68,7 @@ fn decide(
         standby_replicas: 1,
         acceptable_recovery_lag: 10_000,
         balance: true,
+        settling: &BTreeSet::new(),
         newest_recorded_generation: 0,
     });
     (doc, started.elapsed())

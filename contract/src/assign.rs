@@ -12,7 +12,8 @@
 //!   target pod gets a warm-up standby instead;
 //! - balanced: active counts differ by at most one task between pods, once copies are warm;
 //! - a lost pod's active tasks go to their warmest copies, and nothing else moves;
-//! - held balance (`balance: false`) moves no task that is served, and still warms copies.
+//! - held balance (`balance: false`) moves no task that is served, and still warms copies;
+//!   a settling task (just promoted) never moves for balance, the others still may.
 //!
 //! Speed matters: the operator runs this on the failover path. Tasks whose current copies are
 //! still valid are kept without looking at other pods, so a decision after one lost pod costs
@@ -21,7 +22,7 @@
 use crate::assignment::{AssignmentDocument, TaskAssignment};
 use crate::version::Versioned;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 
 /// A pod that may hold copies now: alive and not being drained.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +60,11 @@ pub struct AssignmentFacts<'a> {
     /// balance just after a failover, so a pod that comes back warm does not take a task
     /// straight back from its new owner (two stalls for one failure).
     pub balance: bool,
+    /// Tasks that must not move only for balance now, even when `balance` allows it: each was
+    /// just promoted and its new owner has not committed yet. Moving one would be a second
+    /// stall for one failure and leave its promotion unmeasured; an idle task holds only
+    /// itself, not the whole job's balance.
+    pub settling: &'a BTreeSet<u32>,
     /// The newest generation any worker has recorded. A job without a document in force (its
     /// stored one was deleted or does not parse) starts above it: a worker never acts on an
     /// older generation than one it has recorded.
@@ -259,22 +265,20 @@ impl Plan {
         // Active counts with the planned moves made.
         let mut load: Vec<usize> = self.active_load.clone();
         loop {
-            let busiest = (0..pods)
-                .max_by_key(|&p| (load[p], Reverse(p)))
-                .unwrap_or(0);
             let quietest = (0..pods).min_by_key(|&p| (load[p], p)).unwrap_or(0);
-            if load[busiest] <= load[quietest] + 1 {
-                return;
-            }
-            let limit = load[busiest] - 2;
-            let serving: Vec<usize> = self
-                .tasks_on(busiest)
-                .into_iter()
-                .filter(|&task| self.lag[task].get(&busiest) == Some(&0))
+            // The busiest pod with a task that may move: one whose tasks are all still being
+            // taken over (or settling) leaves the next busiest to even out meanwhile.
+            let mut busy: Vec<usize> = (0..pods)
+                .filter(|&p| load[p] > load[quietest] + 1)
                 .collect();
-            if serving.is_empty() {
+            busy.sort_by_key(|&p| (Reverse(load[p]), p));
+            let Some((busiest, serving)) = busy.into_iter().find_map(|pod| {
+                let movable = self.movable_tasks_on(facts, pod);
+                (!movable.is_empty()).then_some((pod, movable))
+            }) else {
                 return;
-            }
+            };
+            let limit = load[busiest] - 2;
             let warm_move = serving
                 .iter()
                 .copied()
@@ -303,6 +307,17 @@ impl Plan {
             load[busiest] -= 1;
             load[target] += 1;
         }
+    }
+
+    /// The tasks on `pod` that may move for balance: served there (no lag) and not settling.
+    fn movable_tasks_on(&self, facts: &AssignmentFacts<'_>, pod: usize) -> Vec<usize> {
+        self.tasks_on(pod)
+            .into_iter()
+            .filter(|&task| self.lag[task].get(&pod) == Some(&0))
+            .filter(|&task| {
+                u32::try_from(task).map_or(true, |task| !facts.settling.contains(&task))
+            })
+            .collect()
     }
 
     fn tasks_on(&self, pod: usize) -> Vec<usize> {

@@ -65,6 +65,7 @@ fn decide(
         standby_replicas: standbys,
         acceptable_recovery_lag: 100,
         balance: true,
+        settling: &BTreeSet::new(),
         newest_recorded_generation: 0,
     })
 }
@@ -249,6 +250,7 @@ fn held_balance_leaves_a_returning_pod_without_tasks_and_still_warms_its_copies(
         standby_replicas: 1,
         acceptable_recovery_lag: 100,
         balance: false,
+        settling: &BTreeSet::new(),
         newest_recorded_generation: 0,
     });
     assert_eq!(held.active_tasks_of("job-1").count(), 0, "{held:?}");
@@ -256,6 +258,61 @@ fn held_balance_leaves_a_returning_pod_without_tasks_and_still_warms_its_copies(
     // Once balance is allowed, the warm copies take their share.
     let balanced = decide(4, &two, &warm_copies(&held), Some(&held), 1);
     assert_eq!(balanced.active_tasks_of("job-1").count(), 2, "{balanced:?}");
+}
+
+#[test]
+fn a_settling_task_stays_with_its_new_owner_while_the_others_even_out() {
+    // Tasks 0 and 1 were just promoted onto job-0 (their new owner has not committed); job-1
+    // came back with warm copies of everything.
+    let two = pods(2, 2, 0);
+    let current = all_on_job_0_standbys_on_job_1(4, 9);
+    let copies = warm_copies(&current);
+    let decide_settling = |settling: &BTreeSet<u32>, current: &AssignmentDocument| {
+        next_assignment(AssignmentFacts {
+            tasks: 4,
+            pods: &two,
+            copies: &copies,
+            current: Some(current),
+            standby_replicas: 1,
+            acceptable_recovery_lag: 100,
+            balance: true,
+            settling,
+            newest_recorded_generation: 0,
+        })
+    };
+    let next = decide_settling(&BTreeSet::from([0, 1]), &current);
+    let moved: Vec<u32> = next.active_tasks_of("job-1").collect();
+    assert_eq!(moved, [2, 3], "only the settled tasks move: {next:?}");
+
+    // Every task of the busiest pod settling: the next busiest evens out meanwhile.
+    let three = pods(3, 3, 0);
+    let mut uneven = all_on_job_0_standbys_on_job_1(7, 9);
+    for task in [4, 5, 6] {
+        uneven.tasks[task].active = Some("job-1".into());
+        uneven.tasks[task].standbys = vec!["job-2".into()];
+    }
+    for task in [0, 1, 2, 3] {
+        uneven.tasks[task].standbys = vec!["job-2".into()];
+    }
+    let copies = warm_copies(&uneven);
+    let next = next_assignment(AssignmentFacts {
+        tasks: 7,
+        pods: &three,
+        copies: &copies,
+        current: Some(&uneven),
+        standby_replicas: 1,
+        acceptable_recovery_lag: 100,
+        balance: true,
+        settling: &BTreeSet::from([0, 1, 2, 3]),
+        newest_recorded_generation: 0,
+    });
+    let on_0: Vec<u32> = next.active_tasks_of("job-0").collect();
+    assert_eq!(on_0, [0, 1, 2, 3], "settling tasks stay: {next:?}");
+    assert_eq!(
+        next.active_tasks_of("job-2").count(),
+        1,
+        "job-1 gave one: {next:?}"
+    );
 }
 
 #[test]
@@ -353,6 +410,7 @@ fn without_a_document_in_force_the_generation_starts_above_any_a_worker_recorded
         standby_replicas: 1,
         acceptable_recovery_lag: 100,
         balance: true,
+        settling: &BTreeSet::new(),
         newest_recorded_generation: 17,
     });
     assert_eq!(after_loss.generation, 18);
@@ -367,6 +425,7 @@ fn without_a_document_in_force_the_generation_starts_above_any_a_worker_recorded
         standby_replicas: 1,
         acceptable_recovery_lag: 100,
         balance: true,
+        settling: &BTreeSet::new(),
         newest_recorded_generation: 17,
     });
     assert_eq!(lifted.generation, 18);

@@ -163,6 +163,10 @@ pub struct TaskMove {
     /// A promotion: how long the old owner had been silent when the move was decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detection_seconds: Option<f64>,
+    /// From the decision to the new owner running the task: caught up on the changelog and
+    /// consuming input. A task with no input to process has this and no first commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_seconds: Option<f64>,
     /// From the decision to the new owner's first commit; absent until it commits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_commit_seconds: Option<f64>,

@@ -327,6 +327,7 @@ pub fn tasks(observation: &mut Observation, evidence: TaskEvidence<'_>) -> Durat
         desired_pods,
         ready_pods,
         at_risk,
+        task_failed: !view.failed.is_empty(),
     });
     observation.phase = Some(phase);
     observation
@@ -404,6 +405,23 @@ fn ready(phase: JobPhase, view: &TaskView, desired_pods: i32, ready_pods: i32) -
         view.running,
         view.tasks.len()
     );
+    if phase != JobPhase::Suspended
+        && let Some(first) = view.failed.first()
+    {
+        let others = match view.failed.len() {
+            1 => String::new(),
+            n => format!(" (and {} more failed tasks)", n - 1),
+        };
+        return condition(
+            types::READY,
+            ConditionStatus::False,
+            reasons::TASK_FAILED,
+            format!(
+                "task {} stopped on {}: {}{others}; {figures}",
+                first.task, first.pod, first.reason
+            ),
+        );
+    }
     match phase {
         JobPhase::Running => condition(
             types::READY,

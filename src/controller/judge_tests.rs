@@ -157,6 +157,37 @@ fn a_task_not_running_is_not_ready_and_looked_at_again_soon() {
 }
 
 #[test]
+fn a_task_its_owner_stopped_on_an_error_degrades_the_job_and_names_the_reason() {
+    let job = fixtures::job();
+    let validated = fixtures::validated();
+    let lost = TaskReport {
+        phase: TaskPhase::Failed,
+        reason: Some("changelog lost: it ends at 0, the state wrote up to 41".into()),
+        ..TaskReport::new(1, TaskRole::Active)
+    };
+    let reports = [
+        running("card-count-0", &[0]),
+        ("card-count-1".to_string(), vec![lost]),
+    ];
+    let mut observation = Observation::default();
+    let recheck = tasks(&mut observation, evidence(&job, &validated, &reports));
+    assert_eq!(recheck, TASKS_RECHECK);
+    assert_eq!(
+        observation.phase,
+        Some(JobPhase::Degraded),
+        "both pods are ready, but task 1 does not run"
+    );
+    let ready = of(&observation, types::READY);
+    assert_eq!(ready.status, ConditionStatus::False);
+    assert_eq!(ready.reason, reasons::TASK_FAILED);
+    assert_eq!(
+        ready.message,
+        "task 1 stopped on card-count-1: changelog lost: it ends at 0, the state wrote up to 41; \
+         1/2 tasks running; 2/2 worker pods ready"
+    );
+}
+
+#[test]
 fn rolling_pods_are_looked_at_again_first() {
     let job = fixtures::job();
     let validated = fixtures::validated();

@@ -9,7 +9,7 @@
 
 use crate::api::{DeletionPolicy, StatefulStreamJob};
 use crate::controller::apply::{self, ApiError, ApplyError, ApplyOutcome, REFUSED_RECHECK};
-use crate::controller::cadence::spread;
+use crate::controller::cadence::{ROLLING_RECHECK, spread};
 use crate::controller::events::publish;
 use crate::controller::judge::{self, Refusal, TaskEvidence};
 use crate::controller::status::Observation;
@@ -18,7 +18,7 @@ use crate::controller::{
     Context, DesiredResources, Facts, InvalidSpec, ReconcileError, ValidatedJob, build, cleanup,
     facts, names, observe, operations, validate,
 };
-use crate::failover::FailoverJob;
+use crate::failover::{FailoverJob, ScaleDown};
 use crate::kafka_admin::KafkaAdmin;
 use crate::vocabulary::{reasons, types};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -175,10 +175,12 @@ async fn run_pipeline(
         .conditions
         .push(retention.condition.map_err(Halt::Refused)?);
 
+    let pods_kept = pods_kept_for_scale_down(ctx, &validated).await?;
     let desired = build(
         &validated,
         &Facts {
             input_partitions: kafka.input_partitions,
+            pods_kept,
         },
     );
     // Suspend: the final checkpoint comes before the scale to zero.
@@ -191,7 +193,7 @@ async fn run_pipeline(
     // Assign: the job's failover loop decides and sends the assignment between reconciles.
     ctx.failovers.ensure(
         &ctx.failover_deps(),
-        failover_job(&validated, kafka.input_partitions, &stateful_set),
+        failover_job(&validated, kafka.input_partitions),
     );
     observation.assignment_generation = ctx
         .failovers
@@ -230,7 +232,7 @@ async fn run_pipeline(
         .as_ref()
         .and_then(|status| status.ready_replicas)
         .unwrap_or_default();
-    Ok(judge::tasks(
+    let recheck = judge::tasks(
         observation,
         TaskEvidence {
             job,
@@ -242,25 +244,70 @@ async fn run_pipeline(
             ready_pods,
             moves: &ctx.failovers.moves(&validated.namespace, &validated.name),
         },
-    ))
+    );
+    // A drain for a scale-down is watched at the rolling upgrade's pace.
+    Ok(match pods_kept {
+        Some(_) => recheck.min(ROLLING_RECHECK),
+        None => recheck,
+    })
+}
+
+/// With standbys, a scale-down keeps the pods it removes until they have handed every task off
+/// and every copy is warm again ([`crate::failover::scale_down`]). Until the job's loop has
+/// seen its pods (this process just started leading), the StatefulSet keeps the size it has.
+async fn pods_kept_for_scale_down(
+    ctx: &Context,
+    validated: &ValidatedJob,
+) -> Result<Option<i32>, ReconcileError> {
+    let workers = &validated.workers;
+    if workers.suspend || workers.standby_replicas == 0 {
+        return Ok(None);
+    }
+    let kept =
+        match ctx
+            .failovers
+            .scale_down(&validated.namespace, &validated.name, workers.replicas)
+        {
+            ScaleDown::Now => return Ok(None),
+            ScaleDown::Keep(kept) => kept,
+            ScaleDown::NotYetKnown => {
+                let api: Api<StatefulSet> =
+                    Api::namespaced(ctx.client.clone(), &validated.namespace);
+                let name = names::stateful_set(&validated.name);
+                let current = api
+                    .get_opt(&name)
+                    .await
+                    .map_err(|source| ApiError {
+                        action: "get",
+                        kind: "StatefulSet".into(),
+                        namespace: validated.namespace.clone(),
+                        name,
+                        source,
+                    })?
+                    .and_then(|set| set.spec?.replicas)
+                    .unwrap_or(0);
+                if current <= workers.replicas {
+                    return Ok(None);
+                }
+                current
+            }
+        };
+    tracing::info!(job = %validated.name, replicas = workers.replicas, kept, "keeping the pods a scale-down removes until they hold nothing");
+    Ok(Some(kept))
 }
 
 /// What the job's failover loop needs to know of it now.
-fn failover_job(
-    validated: &ValidatedJob,
-    partitions: i32,
-    stateful_set: &StatefulSet,
-) -> FailoverJob {
+fn failover_job(validated: &ValidatedJob, partitions: i32) -> FailoverJob {
     FailoverJob {
         namespace: validated.namespace.clone(),
         name: validated.name.clone(),
         owner: validated.owner.clone(),
         tasks: u32::try_from(partitions).unwrap_or(0),
-        desired_pods: stateful_set
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.replicas)
-            .unwrap_or_default(),
+        desired_pods: if validated.workers.suspend {
+            0
+        } else {
+            validated.workers.replicas
+        },
         standby_replicas: validated.workers.standby_replicas,
         acceptable_recovery_lag: i64::try_from(validated.acceptable_recovery_lag)
             .unwrap_or(i64::MAX),

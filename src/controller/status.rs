@@ -106,10 +106,13 @@ pub struct PhaseInputs {
     pub ready_pods: i32,
     /// A recovery risk is flagged (CheckpointStale or RecoveryGap).
     pub at_risk: bool,
+    /// A task's owner stopped it on an error it cannot recover from by itself (its changelog
+    /// lost, its input position contradicting its state): a ready pod does not run it.
+    pub task_failed: bool,
 }
 
 /// The phase: Failed, Suspended, Restoring, then by the pods: all ready → Running (Degraded
-/// when at risk), some ready → Degraded, none → Pending.
+/// when at risk or a task failed), some ready → Degraded, none → Pending.
 pub fn phase(inputs: PhaseInputs) -> JobPhase {
     if inputs.refused {
         JobPhase::Failed
@@ -118,7 +121,7 @@ pub fn phase(inputs: PhaseInputs) -> JobPhase {
     } else if inputs.restoring {
         JobPhase::Restoring
     } else if inputs.desired_pods > 0 && inputs.ready_pods >= inputs.desired_pods {
-        if inputs.at_risk {
+        if inputs.at_risk || inputs.task_failed {
             JobPhase::Degraded
         } else {
             JobPhase::Running
@@ -211,6 +214,7 @@ mod tests {
             desired_pods: 3,
             ready_pods: 3,
             at_risk: false,
+            task_failed: false,
         }
     }
 
@@ -223,6 +227,14 @@ mod tests {
                 ..inputs()
             }),
             JobPhase::Degraded
+        );
+        assert_eq!(
+            phase(PhaseInputs {
+                task_failed: true,
+                ..inputs()
+            }),
+            JobPhase::Degraded,
+            "every pod ready does not make a failed task run"
         );
         assert_eq!(
             phase(PhaseInputs {

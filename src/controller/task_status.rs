@@ -19,6 +19,16 @@ pub struct TaskView {
     pub restoring: usize,
     /// Tasks whose state has applied the given restore request id.
     pub applied_restore: usize,
+    /// Tasks whose owner stopped them on an error, with the pod and its reason.
+    pub failed: Vec<FailedTask>,
+}
+
+/// A task its owner stopped on an error it cannot recover from by itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedTask {
+    pub task: u32,
+    pub pod: String,
+    pub reason: String,
 }
 
 impl TaskView {
@@ -72,6 +82,11 @@ pub fn merge(
                 match report.phase {
                     TaskPhase::Running => view.running += 1,
                     TaskPhase::Restoring => view.restoring += 1,
+                    TaskPhase::Failed => view.failed.push(FailedTask {
+                        task,
+                        pod: (*pod).to_string(),
+                        reason: report.reason.clone().unwrap_or_default(),
+                    }),
                     _ => {}
                 }
                 if restore_id.is_some() && report.applied_restore_id.as_deref() == restore_id {

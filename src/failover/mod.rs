@@ -20,6 +20,7 @@ pub mod health;
 pub mod moves;
 pub mod refresh;
 pub mod registry;
+pub mod scale_down;
 pub mod store;
 pub mod zones;
 
@@ -35,7 +36,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ListParams};
 use kube::runtime::events::Reporter;
 use kube::{Client, ResourceExt};
-pub use registry::{DrainTarget, Failovers, LastMoves};
+pub use registry::{DrainTarget, Failovers, LastMoves, ScaleDown};
 use registry::{Shared, view_of};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -58,10 +59,11 @@ const RESEND_EVERY: Duration = Duration::from_secs(1);
 /// The longest a new job waits for all its pods before the first document.
 pub const FIRST_DECISION_WAIT: Duration = Duration::from_secs(30);
 /// How long after a promotion (an owner failed, or its pod was deleted) nothing moves only for
-/// balance (and never before promoted owners commit): a pod that comes back warm at once would otherwise take a
-/// task straight back, a second stall for one failure, and the status would show the hand-back
-/// instead of the failover (seen: handed back 0.5 s after the promotion, before the new owner's
-/// first commit).
+/// balance: a pod that comes back warm at once would otherwise take a task straight back, a
+/// second stall for one failure, and the status would show the hand-back instead of the
+/// failover (seen: handed back 0.5 s after the promotion, before the new owner's first commit).
+/// After it, only the promoted tasks whose new owner has not committed yet stay put
+/// ([`moves::settling`]); an idle one, with nothing to commit, holds only itself.
 pub const BALANCE_AFTER_FAILOVER: Duration = Duration::from_secs(5);
 
 /// What the failover loop of one job needs to know of it.
@@ -72,7 +74,8 @@ pub struct FailoverJob {
     /// The job itself, owner of the stored document and subject of the Events.
     pub owner: OwnerReference,
     pub tasks: u32,
-    /// Pods the StatefulSet should have; 0 while suspended (nothing is decided then).
+    /// Pods the job should have (`spec.replicas`, 0 while suspended: nothing is decided then).
+    /// The StatefulSet may keep more for a moment: the pods a scale-down removes drain first.
     pub desired_pods: i32,
     pub standby_replicas: u32,
     pub acceptable_recovery_lag: i64,
@@ -240,10 +243,12 @@ async fn tick(
     moves::first_commits(deps, job, shared, &mut state.pending_moves, &reports, now);
     let pods: Vec<PodFacts> = state.pods.iter().map(|p| p.facts.clone()).collect();
     // A draining pod keeps answering (it hands its tasks over) but takes no copy, and so does
-    // a worker shutting down (deleted by someone else): it would never start one.
+    // a worker shutting down (deleted by someone else): it would never start one. With
+    // standbys, a pod a scale-down removes drains too, before the StatefulSet lets it go.
     let draining = shared.draining();
     let places = facts::places(&pods, |pod| {
         draining.as_ref().is_none_or(|target| target.pod != pod)
+            && !(job.standby_replicas > 0 && scale_down::leaving(pod, job.desired_pods))
             && !state.stopping.contains(pod)
             && state.heartbeats.alive(pod, now)
     });
@@ -258,10 +263,10 @@ async fn tick(
         return Ok(());
     }
     let copies = facts::copies(&reports, job.acceptable_recovery_lag);
-    let failover_settling = state.pending_moves.values().any(|m| m.promoted)
-        || state
-            .failed_over_at
-            .is_some_and(|at| now.saturating_duration_since(at) < BALANCE_AFTER_FAILOVER);
+    let failover_settling = state
+        .failed_over_at
+        .is_some_and(|at| now.saturating_duration_since(at) < BALANCE_AFTER_FAILOVER);
+    let settling = moves::settling(&state.pending_moves);
     let next = next_assignment(AssignmentFacts {
         tasks: job.tasks,
         pods: &places,
@@ -270,6 +275,7 @@ async fn tick(
         standby_replicas: job.standby_replicas,
         acceptable_recovery_lag: job.acceptable_recovery_lag,
         balance: !failover_settling,
+        settling: &settling,
         newest_recorded_generation: state.newest_recorded_generation,
     });
     let changed = state.document.as_ref() != Some(&next);
@@ -299,7 +305,7 @@ async fn tick(
         job.acceptable_recovery_lag,
         state.document.as_ref(),
         &reports,
-        state.pods.len(),
+        state.pods.iter().map(|p| p.facts.name.clone()).collect(),
         unreachable,
     ));
     Ok(())

@@ -31,6 +31,8 @@ pub struct PendingMove {
     /// decision (a handoff).
     pub since: Instant,
     pub decided: Instant,
+    /// Whether the new owner was seen running the task (caught up, consuming input).
+    pub running: bool,
 }
 
 /// What the loop knows of the pods when it decides a move.
@@ -120,6 +122,8 @@ pub fn decide(
         } else {
             let why = if stopping {
                 " (its worker is stopping: the job scaled down)"
+            } else if super::scale_down::leaving(from, pods.desired_pods) {
+                " (the job scales down: it leaves once it holds nothing)"
             } else {
                 ""
             };
@@ -143,6 +147,7 @@ pub fn decide(
                 generation: i64::try_from(next.generation).unwrap_or(i64::MAX),
                 lag_at_promotion: lag,
                 detection_seconds: down.then_some(silent.as_secs_f64()),
+                running_seconds: None,
                 first_commit_seconds: None,
             },
         });
@@ -182,6 +187,7 @@ pub(super) async fn report(
                     promoted: decision.promoted,
                     since,
                     decided: decided_at,
+                    running: false,
                 },
             );
         }
@@ -189,8 +195,13 @@ pub(super) async fn report(
     }
 }
 
-/// Whether `pod` reports a commit of `task` as its running active.
-fn commits_as_owner(reports: &[(String, Vec<TaskReport>)], pod: &str, task: u32) -> bool {
+/// Whether `pod` reports `task` as its running active with at least `commits` transactions.
+fn runs_as_owner(
+    reports: &[(String, Vec<TaskReport>)],
+    pod: &str,
+    task: u32,
+    commits: u64,
+) -> bool {
     reports
         .iter()
         .filter(|(name, _)| name == pod)
@@ -199,8 +210,45 @@ fn commits_as_owner(reports: &[(String, Vec<TaskReport>)], pod: &str, task: u32)
             r.task == task
                 && r.role == TaskRole::Active
                 && r.phase == TaskPhase::Running
-                && r.committed_transactions >= 1
+                && r.committed_transactions >= commits
         })
+}
+
+/// Whether `pod` reports a commit of `task` as its running active.
+fn commits_as_owner(reports: &[(String, Vec<TaskReport>)], pod: &str, task: u32) -> bool {
+    runs_as_owner(reports, pod, task, 1)
+}
+
+/// The tasks that stay with their new owner whatever the balance: promoted, and not committed
+/// there yet. A task with no input keeps the mark until its move expires unmeasured.
+pub fn settling(pending: &BTreeMap<u32, PendingMove>) -> BTreeSet<u32> {
+    pending
+        .iter()
+        .filter(|(_, moved)| moved.promoted)
+        .map(|(task, _)| *task)
+        .collect()
+}
+
+/// The pending moves whose new owner now runs the task (caught up, consuming input) and was
+/// not seen doing so before. Pure, so it is tested.
+pub fn now_running(
+    pending: &BTreeMap<u32, PendingMove>,
+    reports: &[(String, Vec<TaskReport>)],
+) -> Vec<u32> {
+    tasks_where(pending, |task, moved| {
+        !moved.running && runs_as_owner(reports, &moved.to, task, 0)
+    })
+}
+
+fn tasks_where(
+    pending: &BTreeMap<u32, PendingMove>,
+    keep: impl Fn(u32, &PendingMove) -> bool,
+) -> Vec<u32> {
+    pending
+        .iter()
+        .filter(|(task, moved)| keep(**task, moved))
+        .map(|(task, _)| *task)
+        .collect()
 }
 
 /// The pending moves whose new owner now reports a commit of its task as the running active.
@@ -209,11 +257,9 @@ pub fn committed(
     pending: &BTreeMap<u32, PendingMove>,
     reports: &[(String, Vec<TaskReport>)],
 ) -> Vec<u32> {
-    pending
-        .iter()
-        .filter(|(task, to)| commits_as_owner(reports, &to.to, **task))
-        .map(|(task, _)| *task)
-        .collect()
+    tasks_where(pending, |task, moved| {
+        commits_as_owner(reports, &moved.to, task)
+    })
 }
 
 /// The decided moves whose new owner already commits in `reports`.
@@ -228,8 +274,9 @@ pub fn committed_already(
         .collect()
 }
 
-/// Records the first commits seen in `reports`: the status's move, the histogram, a log line,
-/// and a request to write the status now (its owners changed).
+/// Records when each new owner in `reports` first runs its task (the status's move), and the
+/// first commits seen: the status's move, the histogram, a log line, and a request to write
+/// the status now (its owners changed).
 /// A move whose task moved on again, or that waited over a minute, is dropped unmeasured.
 pub(super) fn first_commits(
     deps: &FailoverDeps,
@@ -239,6 +286,13 @@ pub(super) fn first_commits(
     reports: &[(String, Vec<TaskReport>)],
     now: Instant,
 ) {
+    for task in now_running(pending, reports) {
+        if let Some(moved) = pending.get_mut(&task) {
+            moved.running = true;
+            let after_decision = now.saturating_duration_since(moved.decided);
+            shared.record_running(task, moved.promoted, after_decision.as_secs_f64());
+        }
+    }
     let finished = committed(pending, reports);
     for &task in &finished {
         let Some(moved) = pending.remove(&task) else {
@@ -311,7 +365,7 @@ mod tests {
         let mut heartbeats = Heartbeats::default();
         heartbeats.record("dead", Poll::Answered(None), start);
         heartbeats.record("dead", Poll::Refused, now);
-        for pod in ["live", "job-1", "job-3", "new"] {
+        for pod in ["live", "job-1", "job-3", "job-4", "new"] {
             heartbeats.record(pod, Poll::Answered(None), now);
         }
         // Both stop: job-1 is kept by its StatefulSet of 3 (someone deleted it), job-3 is
@@ -322,8 +376,8 @@ mod tests {
             stopping: &stopping,
             desired_pods: 3,
         };
-        let current = document(4, &["dead", "live", "job-3", "new", "job-1"]);
-        let next = document(5, &["new", "new", "new", "new", "new"]);
+        let current = document(4, &["dead", "live", "job-3", "new", "job-1", "job-4"]);
+        let next = document(5, &["new", "new", "new", "new", "new", "new"]);
         let copies = BTreeMap::from([(
             0,
             vec![CopyLag {
@@ -344,7 +398,8 @@ mod tests {
                 (0, true, "Promoted"),
                 (1, false, "HandedOff"),
                 (2, false, "HandedOff"),
-                (4, true, "Promoted")
+                (4, true, "Promoted"),
+                (5, false, "HandedOff")
             ],
             "task 3 stayed on its pod"
         );
@@ -364,6 +419,13 @@ mod tests {
                 .contains("(its worker is stopping: the job scaled down)")
         );
         assert!(decided[3].note.contains("(its pod was deleted)"));
+        assert!(
+            decided[4]
+                .note
+                .contains("(the job scales down: it leaves once it holds nothing)"),
+            "job-4 still runs, above the 3 pods the job keeps: {}",
+            decided[4].note
+        );
         assert_eq!(decided[1].moved.detection_seconds, None);
     }
 
@@ -402,6 +464,7 @@ mod tests {
                 promoted: true,
                 since: start,
                 decided: start,
+                running: false,
             },
         )]);
         let report = |role, phase, commits| TaskReport {
@@ -421,6 +484,31 @@ mod tests {
         );
         let committing = at("job-1", report(TaskRole::Active, TaskPhase::Running, 1));
         assert_eq!(committed(&pending, &committing), [2]);
+
+        assert!(now_running(&pending, &restoring).is_empty());
+        assert!(now_running(&pending, &old_owner).is_empty());
+        assert_eq!(now_running(&pending, &no_commit_yet), [2], "running, idle");
+        let mut seen = pending.clone();
+        seen.get_mut(&2).unwrap().running = true;
+        assert!(now_running(&seen, &committing).is_empty(), "recorded once");
+    }
+
+    #[test]
+    fn only_promotions_not_yet_committed_settle_their_task() {
+        let start = Instant::now();
+        let pending_move = |promoted| PendingMove {
+            to: "job-1".into(),
+            promoted,
+            since: start,
+            decided: start,
+            running: true,
+        };
+        let pending = BTreeMap::from([(1, pending_move(true)), (3, pending_move(false))]);
+        assert_eq!(
+            settling(&pending),
+            BTreeSet::from([1]),
+            "a handoff holds nothing"
+        );
     }
 
     #[tokio::test]
@@ -457,6 +545,7 @@ mod tests {
                 promoted: false,
                 since: now,
                 decided: now,
+                running: false,
             },
         )]);
         let running = |commits| {
@@ -470,10 +559,18 @@ mod tests {
             )]
         };
         let shared = Shared::default();
+        shared.record_move(2, false, TaskMove::default());
         first_commits(&deps, &job, &shared, &mut pending, &running(0), now);
         assert_eq!(pending.len(), 1, "not finished before its first commit");
+        let handoff = |shared: &Shared| shared.last_moves(2).and_then(|m| m.handoff);
+        assert!(
+            handoff(&shared).unwrap().running_seconds.is_some(),
+            "running timed"
+        );
+        assert_eq!(handoff(&shared).unwrap().first_commit_seconds, None);
         first_commits(&deps, &job, &shared, &mut pending, &running(1), now);
         assert!(pending.is_empty());
+        assert!(handoff(&shared).unwrap().first_commit_seconds.is_some());
         drop(deps);
         drop(refresh);
         let asked: Vec<_> = requests.by_ref().collect().await;

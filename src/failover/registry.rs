@@ -1,6 +1,7 @@
 //! The running failover loops as the rest of the operator sees them: started and stopped by
 //! the reconcile, and, for a rolling upgrade, told which pod to drain and asked whether it is
-//! drained and whether every copy is warm again.
+//! drained and whether every copy is warm again; for a scale-down, asked how many pods to
+//! keep until the leaving ones have handed everything off.
 //!
 //! A drain names the pod by name and uid. It lasts until that pod is gone: the loop gives the
 //! pod nothing while it still runs (its graceful shutdown included), and the mark ends only
@@ -8,10 +9,11 @@
 //! stopping pod new copies, and then tasks, in the moment before its process exits.
 
 use super::refresh::StatusRefresh;
-use super::{FailoverDeps, FailoverJob, run};
+use super::{FailoverDeps, FailoverJob, run, scale_down};
 use crate::api::TaskMove;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 use streamkeeper_contract::task_report::{TaskPhase, TaskRole};
 use streamkeeper_contract::{AssignmentDocument, TaskReport};
 use tokio::sync::watch;
@@ -30,6 +32,17 @@ struct Running {
     shared: Shared,
 }
 
+/// What a scale-down may do now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScaleDown {
+    /// Nothing leaves, or the leaving pods hold nothing and every copy is warm.
+    Now,
+    /// Keep this many pods: the leaving ones are still handing off.
+    Keep(i32),
+    /// The loop has not seen the pods yet (it just started): keep what the StatefulSet has.
+    NotYetKnown,
+}
+
 /// A pod whose tasks move off before it is deleted (a rolling upgrade).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DrainTarget {
@@ -42,6 +55,8 @@ pub struct DrainTarget {
 pub(super) struct Shared {
     draining: Arc<Mutex<Option<DrainTarget>>>,
     view: Arc<Mutex<LoopView>>,
+    /// Since when the StatefulSet has been kept above the job's replicas for a drain.
+    scale_down_since: Arc<Mutex<Option<Instant>>>,
     /// Each task's last moves, for the status.
     moves: Arc<Mutex<BTreeMap<u32, LastMoves>>>,
 }
@@ -75,6 +90,21 @@ impl Shared {
         *last.of(promoted) = Some(moved);
     }
 
+    #[cfg(test)]
+    pub(super) fn last_moves(&self, task: u32) -> Option<LastMoves> {
+        locked(&self.moves).get(&task).cloned()
+    }
+
+    /// The new owner of `task`'s last promotion (or handoff) runs it, `seconds` after the
+    /// decision.
+    pub(super) fn record_running(&self, task: u32, promoted: bool, seconds: f64) {
+        if let Some(last) = locked(&self.moves).get_mut(&task)
+            && let Some(moved) = last.of(promoted)
+        {
+            moved.running_seconds = Some(seconds);
+        }
+    }
+
     /// The new owner of `task`'s last promotion (or handoff) committed, `seconds` after the
     /// decision.
     pub(super) fn record_first_commit(&self, task: u32, promoted: bool, seconds: f64) {
@@ -103,17 +133,34 @@ impl LastMoves {
     }
 }
 
-/// What the loop found at its last poll, for the rolling upgrade.
+/// What the loop found at its last poll, for the rolling upgrade and the scale-down.
 #[derive(Debug, Default)]
 pub(super) struct LoopView {
     pub document: Option<AssignmentDocument>,
+    /// The job's pods as the loop last listed them.
+    pub pods: Vec<String>,
+    /// Whether the loop has listed the pods and polled them since it started.
+    pub listed: bool,
     /// Pods that answered the last poll holding no active copy (all released).
     pub released: BTreeSet<String>,
     /// Pods that do not answer at all (their process is gone, or they hang).
     pub unreachable: BTreeSet<String>,
-    /// Every pod answers, every task runs on its owner and every standby is within the
-    /// acceptable lag.
+    /// Every task runs on its owner and every standby is within the acceptable lag.
+    pub copies_warm: bool,
+    /// The copies are warm and every pod answers.
     pub settled: bool,
+}
+
+impl LoopView {
+    /// `pod` holds no task in the document and has released every active copy (or no longer
+    /// answers at all: a pod that did not answer this time may still hold tasks, unless gone).
+    pub fn holds_nothing(&self, pod: &str) -> bool {
+        let assigned = self.document.as_ref().is_some_and(|document| {
+            document.active_tasks_of(pod).next().is_some()
+                || document.standby_tasks_of(pod).next().is_some()
+        });
+        !assigned && (self.released.contains(pod) || self.unreachable.contains(pod))
+    }
 }
 
 fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -181,13 +228,33 @@ impl Failovers {
         let Some(shared) = self.shared(namespace, name) else {
             return true;
         };
+        locked(&shared.view).holds_nothing(pod)
+    }
+
+    /// How many pods the StatefulSet keeps while a job with standbys scales down to `target`
+    /// ([`scale_down::pods_to_keep`]). A drain that has not finished within
+    /// [`scale_down::DRAIN_LIMIT`] is given up, and the leaving pods' tasks move as they stop.
+    pub fn scale_down(&self, namespace: &str, name: &str, target: i32) -> ScaleDown {
+        let Some(shared) = self.shared(namespace, name) else {
+            return ScaleDown::NotYetKnown;
+        };
         let view = locked(&shared.view);
-        let assigned = view.document.as_ref().is_some_and(|document| {
-            document.active_tasks_of(pod).next().is_some()
-                || document.standby_tasks_of(pod).next().is_some()
-        });
-        // A pod that did not answer this time may still hold tasks, unless it is gone.
-        !assigned && (view.released.contains(pod) || view.unreachable.contains(pod))
+        if !view.listed {
+            return ScaleDown::NotYetKnown;
+        }
+        let keep = scale_down::pods_to_keep(&view, target);
+        drop(view);
+        let mut since = locked(&shared.scale_down_since);
+        let Some(keep) = keep else {
+            *since = None;
+            return ScaleDown::Now;
+        };
+        let started = *since.get_or_insert_with(Instant::now);
+        if started.elapsed() >= scale_down::DRAIN_LIMIT {
+            tracing::warn!(job = %name, namespace = %namespace, target, limit_seconds = scale_down::DRAIN_LIMIT.as_secs(), "the leaving pods did not hand off every task in time: scaling down now, their remaining tasks move as they stop");
+            return ScaleDown::Now;
+        }
+        ScaleDown::Keep(keep)
     }
 
     /// The generation of the assignment the loop holds, once it has one.
@@ -218,7 +285,7 @@ pub(super) fn view_of(
     acceptable_recovery_lag: i64,
     document: Option<&AssignmentDocument>,
     reports: &[(String, Vec<TaskReport>)],
-    pods: usize,
+    pods: Vec<String>,
     unreachable: BTreeSet<String>,
 ) -> LoopView {
     let released = reports
@@ -237,23 +304,25 @@ pub(super) fn view_of(
             .flat_map(|(_, list)| list)
             .find(|r| r.task == task && r.role == role && r.phase == TaskPhase::Running)
     };
-    let settled = reports.len() == pods
-        && document.is_some_and(|document| {
-            document.tasks.iter().all(|task| {
-                task.active
-                    .as_deref()
-                    .is_some_and(|owner| runs(owner, task.task, TaskRole::Active).is_some())
-                    && task.standbys.iter().all(|standby| {
-                        runs(standby, task.task, TaskRole::Standby).is_some_and(|r| {
-                            r.changelog_lag.unwrap_or(0) <= acceptable_recovery_lag
-                        })
-                    })
-            })
-        });
+    let copies_warm = document.is_some_and(|document| {
+        document.tasks.iter().all(|task| {
+            task.active
+                .as_deref()
+                .is_some_and(|owner| runs(owner, task.task, TaskRole::Active).is_some())
+                && task.standbys.iter().all(|standby| {
+                    runs(standby, task.task, TaskRole::Standby)
+                        .is_some_and(|r| r.changelog_lag.unwrap_or(0) <= acceptable_recovery_lag)
+                })
+        })
+    });
+    let settled = copies_warm && reports.len() == pods.len();
     LoopView {
         document: document.cloned(),
+        pods,
+        listed: true,
         released,
         unreachable,
+        copies_warm,
         settled,
     }
 }
@@ -295,11 +364,13 @@ mod tests {
                 vec![report(0, TaskRole::Standby, TaskPhase::Running, Some(3))],
             ),
         ];
-        let view = |reports: &[(String, Vec<TaskReport>)], pods| {
-            view_of(10, Some(&document()), reports, pods, BTreeSet::new())
+        let view = |reports: &[(String, Vec<TaskReport>)], pods: usize| {
+            let names = (0..pods).map(|i| format!("job-{i}")).collect();
+            view_of(10, Some(&document()), reports, names, BTreeSet::new())
         };
         assert!(view(&warm, 2).settled);
         assert!(!view(&warm, 3).settled, "a pod did not answer");
+        assert!(view(&warm, 3).copies_warm);
         let mut cold = warm.clone();
         cold[1].1[0].changelog_lag = Some(11);
         assert!(!view(&cold, 2).settled, "the standby is behind");

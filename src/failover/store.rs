@@ -147,6 +147,7 @@ mod tests {
                     generation: 7,
                     lag_at_promotion: Some(3),
                     detection_seconds: Some(0.25),
+                    running_seconds: None,
                     first_commit_seconds: None,
                 },
             }],

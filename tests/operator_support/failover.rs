@@ -380,6 +380,13 @@ impl System {
     /// Sends `signal` (`KILL`, `STOP`) to the process of `task`'s owner; returns the owner and
     /// how long until another pod committed a transaction of `task`.
     pub async fn fail_owner_of(&self, task: u32, signal: &str) -> (String, String, Duration) {
+        let (victim, failed) = self.signal_owner_of(task, signal).await;
+        let (owner, took) = self.new_owner_of(task, &victim, failed).await;
+        (victim, owner, took)
+    }
+
+    /// Sends `signal` to the process of `task`'s owner; the owner and when it was sent.
+    pub async fn signal_owner_of(&self, task: u32, signal: &str) -> (String, Instant) {
         let document = self.document().await.unwrap();
         let victim = document.tasks[task as usize].active.clone().unwrap();
         let pid = self.pid_of(&victim).await.expect("the owner's process");
@@ -389,8 +396,7 @@ impl System {
             .status()
             .unwrap();
         assert!(sent.success(), "kill -{signal} {pid}");
-        let (owner, took) = self.new_owner_of(task, &victim, failed).await;
-        (victim, owner, took)
+        (victim, failed)
     }
 
     /// Waits until `task` commits on another pod than `victim`; that pod and the time since

@@ -30,6 +30,9 @@ pub struct Facts {
     /// Partitions of the input topic, from the broker's metadata: one task per partition, and the
     /// changelog gets exactly as many.
     pub input_partitions: i32,
+    /// Pods the StatefulSet keeps instead of `spec.replicas` while the pods a scale-down removes
+    /// hand their tasks off (the failover loop says when they hold nothing).
+    pub pods_kept: Option<i32>,
 }
 
 /// Everything a job should have, one field per resource.
@@ -57,7 +60,7 @@ pub fn build(job: &ValidatedJob, facts: &Facts) -> DesiredResources {
     let config_map = config_map::build(job, &config);
     let config_hash = config_map::config_hash(&config_map);
     DesiredResources {
-        stateful_set: stateful_set::build(job, &config_hash),
+        stateful_set: stateful_set::build(job, &config_hash, facts.pods_kept),
         service: service::build(job),
         pod_disruption_budget: pdb::build(job),
         worker_token: token_secret::build(job),

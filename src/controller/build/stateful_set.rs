@@ -24,13 +24,20 @@ use std::collections::BTreeMap;
 const REVISION_HISTORY_LIMIT: i32 = 5;
 
 /// The StatefulSet; `config_hash` goes into the pod template (see [`pod::template`]).
-pub fn build(job: &ValidatedJob, config_hash: &str) -> StatefulSet {
+/// `pods_kept`: more pods than `spec.replicas` while a scale-down drains the leaving ones.
+pub fn build(job: &ValidatedJob, config_hash: &str, pods_kept: Option<i32>) -> StatefulSet {
     let workers = &job.workers;
+    let replicas = if workers.suspend {
+        // Suspend scales to zero (after the final checkpoint); the PVCs stay (see the
+        // retention policy below).
+        0
+    } else {
+        pods_kept.map_or(workers.replicas, |kept| kept.max(workers.replicas))
+    };
     StatefulSet {
         metadata: owned_metadata(job, names::stateful_set(&job.name)),
         spec: Some(StatefulSetSpec {
-            // Suspend scales to zero; the PVCs stay (see the retention policy below).
-            replicas: Some(if workers.suspend { 0 } else { workers.replicas }),
+            replicas: Some(replicas),
             service_name: Some(names::service(&job.name)),
             pod_management_policy: Some("Parallel".into()),
             update_strategy: Some(StatefulSetUpdateStrategy {
@@ -96,7 +103,7 @@ mod tests {
     use crate::controller::fixtures::{json, yaml};
 
     fn built(job: &ValidatedJob) -> StatefulSetSpec {
-        build(job, "0123456789abcdef").spec.unwrap()
+        build(job, "0123456789abcdef", None).spec.unwrap()
     }
 
     #[test]
@@ -151,6 +158,20 @@ mod tests {
                 .contains(&yaml("name: state\nmountPath: /var/lib/streamkeeper")),
             "{mounts}"
         );
+    }
+
+    #[test]
+    fn a_draining_scale_down_keeps_the_leaving_pods_and_suspend_does_not() {
+        let job = fixtures::validated_with(|job| job.spec.replicas = 2);
+        let kept = |job: &ValidatedJob, kept| build(job, "h", kept).spec.unwrap().replicas;
+        assert_eq!(kept(&job, Some(3)), Some(3), "pod 2 still hands off");
+        assert_eq!(kept(&job, None), Some(2));
+        assert_eq!(kept(&job, Some(1)), Some(2), "never fewer than asked");
+        let suspended = fixtures::validated_with(|job| {
+            job.spec.replicas = 2;
+            job.spec.suspend = true;
+        });
+        assert_eq!(kept(&suspended, Some(3)), Some(0));
     }
 
     #[test]
