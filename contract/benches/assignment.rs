@@ -70,6 +70,7 @@ fn decide(
         balance: true,
         settling: &BTreeSet::new(),
         newest_recorded_generation: 0,
+        fenced_actives: &BTreeSet::new(),
     });
     (doc, started.elapsed())
 }

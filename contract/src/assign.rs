@@ -13,7 +13,8 @@
 //! - balanced: active counts differ by at most one task between pods, once copies are warm;
 //! - a lost pod's active tasks go to their warmest copies, and nothing else moves;
 //! - held balance (`balance: false`) moves no task that is served, and still warms copies;
-//!   a settling task (just promoted) never moves for balance, the others still may.
+//!   a settling task (just promoted) never moves for balance, the others still may;
+//! - an active fenced under the document in force gets it again under a newer generation.
 //!
 //! Speed matters: the operator runs this on the failover path. Tasks whose current copies are
 //! still valid are kept without looking at other pods, so a decision after one lost pod costs
@@ -69,11 +70,16 @@ pub struct AssignmentFacts<'a> {
     /// stored one was deleted or does not parse) starts above it: a worker never acts on an
     /// older generation than one it has recorded.
     pub newest_recorded_generation: u64,
+    /// Tasks whose active under the document in force reports it was fenced under that very
+    /// generation: a worker acting on an older document claimed the task (one that restarted
+    /// while no operator led, or a retry that took a fence for a timeout). The owner waits as a
+    /// standby for a newer generation, so the document is issued again under one, unchanged.
+    pub fenced_actives: &'a BTreeSet<u32>,
 }
 
 /// The next assignment. Its generation is the current one when nothing changed, and one more
-/// when anything did; and always above any generation a worker recorded, which only a lost
-/// stored document leaves behind.
+/// when anything did or an active was fenced under it; and always above any generation a worker
+/// recorded, which only a lost stored document leaves behind.
 pub fn next_assignment(facts: AssignmentFacts<'_>) -> AssignmentDocument {
     let mut plan = Plan::new(&facts);
     plan.place_actives(&facts);
@@ -82,7 +88,11 @@ pub fn next_assignment(facts: AssignmentFacts<'_>) -> AssignmentDocument {
     let tasks = plan.into_tasks(&facts);
     let recorded = facts.newest_recorded_generation;
     let generation = match facts.current {
-        Some(current) if current.tasks == tasks && current.generation >= recorded => {
+        Some(current)
+            if current.tasks == tasks
+                && current.generation >= recorded
+                && facts.fenced_actives.is_empty() =>
+        {
             current.generation
         }
         Some(current) => current.generation.max(recorded).saturating_add(1),

@@ -67,6 +67,7 @@ fn decide(
         balance: true,
         settling: &BTreeSet::new(),
         newest_recorded_generation: 0,
+        fenced_actives: &BTreeSet::new(),
     })
 }
 
@@ -252,6 +253,7 @@ fn held_balance_leaves_a_returning_pod_without_tasks_and_still_warms_its_copies(
         balance: false,
         settling: &BTreeSet::new(),
         newest_recorded_generation: 0,
+        fenced_actives: &BTreeSet::new(),
     });
     assert_eq!(held.active_tasks_of("job-1").count(), 0, "{held:?}");
     assert_eq!(held.standby_tasks_of("job-1").count(), 4, "standbys placed");
@@ -278,6 +280,7 @@ fn a_settling_task_stays_with_its_new_owner_while_the_others_even_out() {
             balance: true,
             settling,
             newest_recorded_generation: 0,
+            fenced_actives: &BTreeSet::new(),
         })
     };
     let next = decide_settling(&BTreeSet::from([0, 1]), &current);
@@ -305,6 +308,7 @@ fn a_settling_task_stays_with_its_new_owner_while_the_others_even_out() {
         balance: true,
         settling: &BTreeSet::from([0, 1, 2, 3]),
         newest_recorded_generation: 0,
+        fenced_actives: &BTreeSet::new(),
     });
     let on_0: Vec<u32> = next.active_tasks_of("job-0").collect();
     assert_eq!(on_0, [0, 1, 2, 3], "settling tasks stay: {next:?}");
@@ -412,6 +416,7 @@ fn without_a_document_in_force_the_generation_starts_above_any_a_worker_recorded
         balance: true,
         settling: &BTreeSet::new(),
         newest_recorded_generation: 17,
+        fenced_actives: &BTreeSet::new(),
     });
     assert_eq!(after_loss.generation, 18);
     assert_eq!(after_loss.tasks, fresh.tasks, "the same decision otherwise");
@@ -427,7 +432,36 @@ fn without_a_document_in_force_the_generation_starts_above_any_a_worker_recorded
         balance: true,
         settling: &BTreeSet::new(),
         newest_recorded_generation: 17,
+        fenced_actives: &BTreeSet::new(),
     });
     assert_eq!(lifted.generation, 18);
     assert_eq!(lifted.tasks, fresh.tasks);
+}
+
+#[test]
+fn an_active_fenced_under_the_document_in_force_gets_it_again_under_a_newer_generation() {
+    let pods = pods(2, 2, 1);
+    let current = decide(2, &pods, &BTreeMap::new(), None, 1);
+    let facts = |fenced: &BTreeSet<u32>| {
+        next_assignment(AssignmentFacts {
+            tasks: 2,
+            pods: &pods,
+            copies: &BTreeMap::new(),
+            current: Some(&current),
+            standby_replicas: 1,
+            acceptable_recovery_lag: 100,
+            balance: true,
+            settling: &BTreeSet::new(),
+            newest_recorded_generation: current.generation,
+            fenced_actives: fenced,
+        })
+    };
+    assert_eq!(
+        facts(&BTreeSet::new()),
+        current,
+        "nothing fenced: unchanged"
+    );
+    let again = facts(&BTreeSet::from([1]));
+    assert_eq!(again.generation, current.generation + 1);
+    assert_eq!(again.tasks, current.tasks, "the same owners claim again");
 }

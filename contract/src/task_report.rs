@@ -207,6 +207,11 @@ pub struct TaskReport {
     /// A standby's distance to the changelog's end, in records (offsets, markers included).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changelog_lag: Option<i64>,
+    /// The assignment generation under which this copy's active role ended in a fence: it waits
+    /// as a standby until a newer one names it active. When the document in force still does,
+    /// a worker on an older document claimed the task, and the operator issues it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fenced_in: Option<u64>,
 }
 
 /// A range of input offsets `[from_offset, to_offset)` the task never processed because the
@@ -241,6 +246,7 @@ impl TaskReport {
             applied_restore_id: None,
             input_gap: None,
             changelog_lag: None,
+            fenced_in: None,
         }
     }
 }
@@ -282,9 +288,14 @@ mod tests {
 
     #[test]
     fn round_trips_with_camel_case_fields() {
+        let fenced = TaskReport {
+            fenced_in: Some(9),
+            ..TaskReport::new(4, TaskRole::Standby)
+        };
         let document = TaskReportsDocument::new(vec![
             restoring_task(),
             TaskReport::new(3, TaskRole::Standby),
+            fenced,
         ]);
         let bytes = document.to_json();
         assert_eq!(TaskReportsDocument::from_json(&bytes).unwrap(), document);
@@ -301,6 +312,8 @@ mod tests {
             value["tasks"][1].get("inputGap").is_none(),
             "absent, not null"
         );
+        assert!(value["tasks"][1].get("fencedIn").is_none());
+        assert_eq!(value["tasks"][2]["fencedIn"], 9);
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! ordinal order (so a new job's first assignment is the share a StatefulSet pod starts with:
 //! task `i` on pod `i mod replicas`), and each task's copies with their lag. Pure.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use streamkeeper_contract::task_report::{TaskPhase, TaskReport, TaskRole};
-use streamkeeper_contract::{CopyLag, PodPlace};
+use streamkeeper_contract::{AssignmentDocument, CopyLag, PodPlace};
 
 /// A worker pod as the rule needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +51,29 @@ pub fn copies(
         }
     }
     copies
+}
+
+/// Tasks whose active under `document` says its active role was fenced under that generation
+/// (or a newer one): only a newer document lets it claim the task again.
+pub fn fenced_actives(
+    document: Option<&AssignmentDocument>,
+    reports: &[(String, Vec<TaskReport>)],
+) -> BTreeSet<u32> {
+    let Some(document) = document else {
+        return BTreeSet::new();
+    };
+    let mut fenced = BTreeSet::new();
+    for (pod, list) in reports {
+        let actives: BTreeSet<u32> = document.active_tasks_of(pod).collect();
+        for report in list {
+            if actives.contains(&report.task)
+                && report.fenced_in.is_some_and(|g| g >= document.generation)
+            {
+                fenced.insert(report.task);
+            }
+        }
+    }
+    fenced
 }
 
 /// How far a copy is behind: an active that runs is current; a standby says its lag; a copy
@@ -134,6 +157,44 @@ mod tests {
             ]
         );
         assert_eq!(lags(1), [("job-0".to_string(), 7)]);
+    }
+
+    #[test]
+    fn an_active_fenced_under_the_document_in_force_is_found_and_an_earlier_fence_is_not() {
+        use streamkeeper_contract::TaskAssignment;
+        let document = AssignmentDocument {
+            version: 1,
+            generation: 5,
+            tasks: (0..3)
+                .map(|task| TaskAssignment {
+                    task,
+                    active: Some(format!("job-{}", task % 2)),
+                    standbys: vec![format!("job-{}", (task + 1) % 2)],
+                })
+                .collect(),
+        };
+        let fenced = |task, role, generation| TaskReport {
+            fenced_in: generation,
+            ..TaskReport::new(task, role)
+        };
+        let reports = vec![
+            (
+                "job-0".to_string(),
+                vec![
+                    fenced(0, TaskRole::Standby, Some(5)),
+                    fenced(1, TaskRole::Standby, Some(5)),
+                    fenced(2, TaskRole::Standby, Some(4)),
+                ],
+            ),
+            ("job-1".to_string(), vec![fenced(1, TaskRole::Active, None)]),
+        ];
+        // Task 0: its active, fenced under 5. Task 1: job-0 is not its active. Task 2: fenced
+        // under 4, so generation 5 already lets it claim again.
+        assert_eq!(
+            fenced_actives(Some(&document), &reports),
+            BTreeSet::from([0])
+        );
+        assert!(fenced_actives(None, &reports).is_empty());
     }
 
     #[test]

@@ -267,6 +267,10 @@ async fn tick(
         .failed_over_at
         .is_some_and(|at| now.saturating_duration_since(at) < BALANCE_AFTER_FAILOVER);
     let settling = moves::settling(&state.pending_moves);
+    let fenced_actives = facts::fenced_actives(state.document.as_ref(), &reports);
+    if !fenced_actives.is_empty() {
+        tracing::warn!(job = %job.name, tasks = ?fenced_actives, "an owner of the document in force was fenced by a worker acting on an older one; issuing the document again under a new generation");
+    }
     let next = next_assignment(AssignmentFacts {
         tasks: job.tasks,
         pods: &places,
@@ -277,6 +281,7 @@ async fn tick(
         balance: !failover_settling,
         settling: &settling,
         newest_recorded_generation: state.newest_recorded_generation,
+        fenced_actives: &fenced_actives,
     });
     let changed = state.document.as_ref() != Some(&next);
     // Stored first, with its moves (a new leader must read back what workers may act on, and

@@ -214,6 +214,11 @@ impl System {
         ));
     }
 
+    /// Stops the operator (SIGTERM): no operator leads until [`System::restart_operator`].
+    pub fn stop_operator(&mut self) {
+        drop(self.operator.take());
+    }
+
     /// The Lease identity of the operator started last by [`System::restart_operator`].
     pub fn operator_identity(&self) -> String {
         format!("operator{}", self.operators_started)

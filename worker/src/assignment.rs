@@ -10,13 +10,29 @@
 //! Acting on a document is a change of each task's role ([`TaskSlot::set_role`]): tasks new
 //! to this pod start, promoted standbys take over, released actives commit and become
 //! standbys, tasks no longer here stop.
+//!
+//! A pod that restarts with a recorded document waits for the operator's, which comes within
+//! a second while one leads: the record may be older than the document in force (the operator
+//! moved this pod's tasks while it was down), and claiming a task the record gives it would
+//! fence the task's newer owner. When none comes within [`RESUME_AFTER`], no operator leads
+//! (it is being replaced, or was uninstalled), and the worker runs its record again
+//! ([`Assignments::resume_recorded`]), so a crashed pod's tasks do not wait for an operator.
+//! Every input commit names the generation it was made under (`task::commit_mark`); an active
+//! task whose last commit names a newer generation than the record has moved on, and runs
+//! here only as a standby until a newer document says otherwise.
 
-use crate::task::{Role, TaskSlot, WorkerContext};
-use std::collections::BTreeMap;
+use crate::task::{Role, TaskError, TaskSlot, WorkerContext};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 use streamkeeper_contract::{AssignmentDocument, FormatError, Versioned};
+
+/// How long a restarted pod waits for the operator's document before it runs its record again:
+/// above a leader takeover (a 6 s lease, then the new leader's first send) and far above the
+/// second a leading operator takes to send.
+pub const RESUME_AFTER: Duration = Duration::from_secs(10);
 
 /// Why a document was not acted on.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +82,29 @@ pub fn roles_of(document: &AssignmentDocument, pod: &str) -> BTreeMap<u32, Role>
     roles
 }
 
+/// The roles this pod runs when it acts on its `record` again without an operator, and the
+/// active tasks it holds back as standbys: those whose last input commit (`last_commits`: the
+/// generation each commit names) was made under a newer generation than the record, by an
+/// owner the record does not know.
+pub fn resumed_roles(
+    record: &AssignmentDocument,
+    pod: &str,
+    last_commits: &BTreeMap<u32, u64>,
+) -> (BTreeMap<u32, Role>, BTreeSet<u32>) {
+    let mut roles = roles_of(record, pod);
+    let mut held_back = BTreeSet::new();
+    for (task, role) in &mut roles {
+        let moved_on = last_commits
+            .get(task)
+            .is_some_and(|&generation| generation > record.generation);
+        if *role == Role::Active && moved_on {
+            *role = Role::Standby;
+            held_back.insert(*task);
+        }
+    }
+    (roles, held_back)
+}
+
 /// The worker's tasks and the document they follow.
 pub struct Assignments {
     context: WorkerContext,
@@ -76,6 +115,12 @@ pub struct Assignments {
 
 struct State {
     document: Option<AssignmentDocument>,
+    /// A document was acted on since this start (sent, or the record resumed).
+    acted: bool,
+    /// Tasks the resumed record names active here that run as standbys (see
+    /// [`resumed_roles`]), and the record's generation: a document of that generation (an old
+    /// leader's late send) leaves them standbys too, a newer one decides afresh.
+    held_back: Option<(u64, BTreeSet<u32>)>,
     slots: BTreeMap<u32, TaskSlot>,
 }
 
@@ -98,6 +143,8 @@ impl Assignments {
             record,
             state: Mutex::new(State {
                 document,
+                acted: false,
+                held_back: None,
                 slots: BTreeMap::new(),
             }),
         }
@@ -164,7 +211,16 @@ impl Assignments {
         if changed {
             write_record(&self.record, &document)?;
         }
-        let roles = roles_of(&document, &self.pod);
+        let mut roles = roles_of(&document, &self.pod);
+        if let Some((held_in, held)) = state.held_back.take()
+            && held_in == document.generation
+        {
+            for task in &held {
+                roles.entry(*task).and_modify(|role| *role = Role::Standby);
+            }
+            state.held_back = Some((held_in, held));
+        }
+        state.acted = true;
         // Roles change at once (promotions first of all); only then are the threads of tasks
         // no longer here joined, so a slow release never delays a takeover.
         for (&task, &role) in &roles {
@@ -201,6 +257,72 @@ impl Assignments {
         }
         state.document = Some(document);
         Ok(roles)
+    }
+
+    /// Runs the document recorded before this start when [`RESUME_AFTER`] passes with no
+    /// document sent; retries while Kafka does not answer. Returns once resumed, once a
+    /// document came, or at shutdown.
+    pub fn resume_when_no_operator(&self) {
+        let deadline = Instant::now() + RESUME_AFTER;
+        while Instant::now() < deadline {
+            if self.stopping() || self.lock().acted {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let mut backoff = Duration::from_millis(200);
+        let read = |tasks: &[u32]| {
+            crate::task::last_commit_generations(&self.context, tasks, Duration::from_secs(10))
+        };
+        while !self.stopping() {
+            match self.resume_recorded(read) {
+                Ok(_) => return,
+                Err(error) => {
+                    tracing::warn!(%error, retry_in_ms = backoff.as_millis() as u64, "cannot read the tasks' last commits to resume the recorded assignment; retrying");
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// Runs the recorded document again, unless a document was acted on since this start (or
+    /// there is no record). `last_commits`: the generation each active task's last input
+    /// commit was made under. Returns the roles started.
+    pub fn resume_recorded(
+        &self,
+        last_commits: impl FnOnce(&[u32]) -> Result<BTreeMap<u32, u64>, TaskError>,
+    ) -> Result<Option<BTreeMap<u32, Role>>, TaskError> {
+        let record = {
+            let state = self.lock();
+            match &state.document {
+                Some(record) if !state.acted && !self.stopping() => record.clone(),
+                _ => return Ok(None),
+            }
+        };
+        let actives: Vec<u32> = record.active_tasks_of(&self.pod).collect();
+        let commits = if actives.is_empty() {
+            BTreeMap::new()
+        } else {
+            last_commits(&actives)?
+        };
+        let (roles, held_back) = resumed_roles(&record, &self.pod, &commits);
+        let mut state = self.lock();
+        // Checked again: a document that came while Kafka was asked is the one to follow.
+        if state.acted || self.stopping() {
+            return Ok(None);
+        }
+        for (&task, &role) in &roles {
+            state
+                .slots
+                .entry(task)
+                .or_insert_with(|| TaskSlot::start(&self.context, task, role, record.generation));
+        }
+        state.acted = true;
+        state.held_back = Some((record.generation, held_back.clone()));
+        self.context.metrics.assignment_resumes.inc();
+        tracing::warn!(generation = record.generation, roles = ?roles, held_back = ?held_back, after_seconds = RESUME_AFTER.as_secs(), "no operator sent an assignment: running the one recorded before this start (tasks committed under a newer generation run as standbys)");
+        Ok(Some(roles))
     }
 
     /// Waits for every task thread to end (after the worker's shutdown flag is set).
@@ -290,6 +412,58 @@ mod tests {
         assert!(roles_of(&document(3), "job-9").is_empty());
     }
 
+    #[test]
+    fn a_resumed_record_holds_back_the_actives_committed_under_a_newer_generation() {
+        let record = document(3);
+        let (roles, held) = resumed_roles(&record, "job-0", &BTreeMap::new());
+        assert_eq!(
+            roles,
+            roles_of(&record, "job-0"),
+            "no marks: the record as it is"
+        );
+        assert!(held.is_empty());
+        let (roles, held) = resumed_roles(&record, "job-0", &BTreeMap::from([(0, 3), (1, 9)]));
+        assert_eq!(
+            roles,
+            BTreeMap::from([(0, Role::Active), (1, Role::Standby)]),
+            "committed under its own generation: still its own; task 1 was a standby anyway"
+        );
+        assert!(held.is_empty());
+        let (roles, held) = resumed_roles(&record, "job-0", &BTreeMap::from([(0, 4)]));
+        assert_eq!(
+            roles,
+            BTreeMap::from([(0, Role::Standby), (1, Role::Standby)])
+        );
+        assert_eq!(held, BTreeSet::from([0]));
+    }
+
+    #[test]
+    fn only_a_record_no_document_followed_is_resumed() {
+        let dir = tempfile::tempdir().unwrap();
+        // Kafka is asked only when there is a record to resume, with active tasks in it.
+        let unasked = |_: &[u32]| -> Result<BTreeMap<u32, u64>, TaskError> {
+            Err(TaskError::Internal("asked".into()))
+        };
+        let fresh = Assignments::new(context(dir.path()), "job-9".into());
+        assert!(
+            fresh.resume_recorded(unasked).unwrap().is_none(),
+            "no record"
+        );
+        // A document this start acted on is followed, never replaced by the record.
+        fresh.apply(&document(4).to_json()).unwrap();
+        assert!(fresh.resume_recorded(unasked).unwrap().is_none());
+        // After a restart the record is resumed (job-9 has no task in it, so nothing starts).
+        let restarted = Assignments::new(context(dir.path()), "job-9".into());
+        assert_eq!(restarted.generation(), Some(4));
+        let resumed = restarted.resume_recorded(|_| Ok(BTreeMap::new())).unwrap();
+        assert_eq!(resumed, Some(BTreeMap::new()));
+        assert_eq!(restarted.context.metrics.assignment_resumes.get(), 1);
+        assert!(
+            restarted.resume_recorded(unasked).unwrap().is_none(),
+            "once"
+        );
+    }
+
     /// A worker context on a state dir of its own, as a pod's worker has.
     fn context(state_dir: &Path) -> WorkerContext {
         let example = include_str!("../../examples/worker-standalone.yaml");
@@ -306,6 +480,7 @@ mod tests {
             restore_request: None,
             task_stop: std::sync::Arc::default(),
             promoted_at: None,
+            generation: 0,
             admin: Default::default(),
         }
     }

@@ -78,6 +78,8 @@ pub struct WorkerMetrics {
     pub promotion_seconds: Family<TaskLabel, Gauge<f64, AtomicU64>>,
     pub handoffs: Family<TaskLabel, Counter>,
     pub assignment_generation: Gauge,
+    /// Starts that ran the recorded document again because no operator sent one.
+    pub assignment_resumes: Counter,
 }
 
 impl WorkerMetrics {
@@ -120,6 +122,7 @@ impl WorkerMetrics {
             promotion_seconds: Family::default(),
             handoffs: Family::default(),
             assignment_generation: Gauge::default(),
+            assignment_resumes: Counter::default(),
         };
         let r = &mut Registrar {
             registry: &mut registry,
@@ -295,6 +298,11 @@ impl WorkerMetrics {
             "assignment_generation",
             "Generation of the newest assignment document this worker acts on",
             metrics.assignment_generation.clone(),
+        );
+        r.register(
+            "assignment_resumes",
+            "Starts that ran the assignment recorded on the volume again because no operator sent one within 10 s",
+            metrics.assignment_resumes.clone(),
         );
         let families = Arc::new(std::mem::take(&mut r.families));
         Self {

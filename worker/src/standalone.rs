@@ -1,7 +1,7 @@
 //! Running the worker: standalone, one worker runs every partition of a job as an active task
 //! (the demo and the worker tests use it); as a StatefulSet pod, it runs what the operator's
 //! assignment documents say (nothing before the first, or a static share when started by hand
-//! with `--replicas`). Task
+//! with `--replicas`; after a restart, the recorded one when no operator sends any). Task
 //! threads do the Kafka and RocksDB work; the async runtime only serves HTTP and waits for
 //! signals.
 //!
@@ -89,6 +89,7 @@ async fn run_async(
         checkpoints,
         task_stop: Arc::new(AtomicBool::new(false)),
         promoted_at: None,
+        generation: 0,
         admin: Default::default(),
     };
     let takes_documents = pod.is_some();
@@ -170,6 +171,11 @@ async fn run_async(
         );
     }
     assignments.start_static(&tasks);
+    if share == TaskShare::Assigned {
+        // A pod restarted with a record runs it again when no operator sends a document.
+        let assignments = Arc::clone(&assignments);
+        tokio::task::spawn_blocking(move || assignments.resume_when_no_operator());
+    }
 
     signal.await;
     tracing::info!("shutdown requested: finishing open transactions");

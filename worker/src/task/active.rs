@@ -396,6 +396,9 @@ impl<'a> ActiveLoop<'a> {
                     Offset::Offset(next_input_offset),
                 )
                 .map_err(|e| TaskError::kafka("building the offsets", e))?;
+            if let Some(mut offset) = offsets.find_partition(&kafka.input_topic, self.partition) {
+                offset.set_metadata(super::commit_mark::encode(self.context.generation));
+            }
             let group = self.input.group_metadata().ok_or_else(|| {
                 TaskError::Internal("the input consumer has no group metadata".into())
             })?;

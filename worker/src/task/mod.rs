@@ -7,6 +7,7 @@
 
 mod active;
 mod claim;
+mod commit_mark;
 mod dead_letter;
 mod error;
 mod fence;
@@ -19,6 +20,7 @@ mod restore;
 mod slot;
 mod standby;
 
+pub use commit_mark::last_commit_generations;
 pub use error::TaskError;
 pub use incarnation::of_state as changelog_incarnation_of;
 pub use record_size::MAX_RECORD_BYTES;
@@ -55,6 +57,9 @@ pub struct WorkerContext {
     pub task_stop: Arc<AtomicBool>,
     /// When the assignment promoted this task from standby; its first commit is then timed.
     pub promoted_at: Option<Instant>,
+    /// The assignment generation the task's role runs under (0 in standalone mode and on the
+    /// static share); each input commit is marked with it ([`commit_mark`]).
+    pub generation: u64,
     /// The worker's one admin client.
     pub admin: crate::kafka_client::SharedAdmin,
 }

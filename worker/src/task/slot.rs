@@ -153,7 +153,14 @@ fn run_slot(mut context: WorkerContext, task: u32, cell: &RoleCell) {
             Role::Active => TaskRole::Active,
             _ => TaskRole::Standby,
         };
-        context.board.register(TaskReport::new(task, board_role));
+        context.board.register(TaskReport {
+            // Said only while the fence is what keeps the task a standby here.
+            fenced_in: (wanted.role == Role::Active && role == Role::Standby)
+                .then_some(wanted.fenced_in)
+                .flatten(),
+            ..TaskReport::new(task, board_role)
+        });
+        context.generation = wanted.generation;
         context.promoted_at =
             (role == Role::Active && ran == Some(Role::Standby)).then_some(wanted.since);
         if context.promoted_at.is_some() {
