@@ -30,8 +30,10 @@ use std::time::{Duration, Instant};
 use streamkeeper_contract::{AssignmentDocument, FormatError, Versioned};
 
 /// How long a restarted pod waits for the operator's document before it runs its record again:
-/// above a leader takeover (a 6 s lease, then the new leader's first send) and far above the
-/// second a leading operator takes to send.
+/// far above the second a leading operator takes to send. A takeover after a leader's silent
+/// death can take longer (the Lease's duration: 15 s by the chart's default); a resume during
+/// one is safe, since tasks committed under a newer document are held back, and an owner
+/// fenced anyway is given its task again by the next leader.
 pub const RESUME_AFTER: Duration = Duration::from_secs(10);
 
 /// Why a document was not acted on.
