@@ -120,9 +120,9 @@ struct State {
     /// A document was acted on since this start (sent, or the record resumed).
     acted: bool,
     /// Tasks the resumed record names active here that run as standbys (see
-    /// [`resumed_roles`]), and the record's generation: a document of that generation (an old
-    /// leader's late send) leaves them standbys too, a newer one decides afresh.
-    held_back: Option<(u64, BTreeSet<u32>)>,
+    /// [`resumed_roles`]). The record sent again (an old leader's late send) leaves them
+    /// standbys too; a newer document decides afresh.
+    held_back: BTreeSet<u32>,
     slots: BTreeMap<u32, TaskSlot>,
 }
 
@@ -146,7 +146,7 @@ impl Assignments {
             state: Mutex::new(State {
                 document,
                 acted: false,
-                held_back: None,
+                held_back: BTreeSet::new(),
                 slots: BTreeMap::new(),
             }),
         }
@@ -214,13 +214,11 @@ impl Assignments {
             write_record(&self.record, &document)?;
         }
         let mut roles = roles_of(&document, &self.pod);
-        if let Some((held_in, held)) = state.held_back.take()
-            && held_in == document.generation
-        {
-            for task in &held {
-                roles.entry(*task).and_modify(|role| *role = Role::Standby);
-            }
-            state.held_back = Some((held_in, held));
+        if changed {
+            state.held_back.clear();
+        }
+        for task in &state.held_back {
+            roles.entry(*task).and_modify(|role| *role = Role::Standby);
         }
         state.acted = true;
         // Roles change at once (promotions first of all); only then are the threads of tasks
@@ -320,10 +318,10 @@ impl Assignments {
                 .entry(task)
                 .or_insert_with(|| TaskSlot::start(&self.context, task, role, record.generation));
         }
-        state.acted = true;
-        state.held_back = Some((record.generation, held_back.clone()));
         self.context.metrics.assignment_resumes.inc();
         tracing::warn!(generation = record.generation, roles = ?roles, held_back = ?held_back, after_seconds = RESUME_AFTER.as_secs(), "no operator sent an assignment: running the one recorded before this start (tasks committed under a newer generation run as standbys)");
+        state.acted = true;
+        state.held_back = held_back;
         Ok(Some(roles))
     }
 

@@ -389,16 +389,11 @@ impl<'a> ActiveLoop<'a> {
         let changelog_records = txn.changes.len() as u64;
         if let Some(next_input_offset) = txn.next_input_offset {
             let mut offsets = TopicPartitionList::new();
-            offsets
-                .add_partition_offset(
-                    &kafka.input_topic,
-                    self.partition,
-                    Offset::Offset(next_input_offset),
-                )
+            let mut offset = offsets.add_partition(&kafka.input_topic, self.partition);
+            offset
+                .set_offset(Offset::Offset(next_input_offset))
                 .map_err(|e| TaskError::kafka("building the offsets", e))?;
-            if let Some(mut offset) = offsets.find_partition(&kafka.input_topic, self.partition) {
-                offset.set_metadata(super::commit_mark::encode(self.context.generation));
-            }
+            offset.set_metadata(super::commit_mark::encode(self.context.generation));
             let group = self.input.group_metadata().ok_or_else(|| {
                 TaskError::Internal("the input consumer has no group metadata".into())
             })?;

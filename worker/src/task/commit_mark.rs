@@ -5,7 +5,7 @@
 //! It lets a worker that restarts while no operator leads tell whether its recorded document is
 //! still the one in force for a task: a commit under a newer generation proves the assignment
 //! moved the task on without this worker, and claiming the task would fence that newer owner
-//! (see `assignment::resume`).
+//! (see `Assignments::resume_recorded`).
 //!
 //! Encoding, version 1: `streamkeeper/1 generation=<u64>`. Metadata in any other form (empty, a
 //! tool's own, an older or newer layout) says nothing; a reader never guesses at it.

@@ -155,9 +155,7 @@ fn run_slot(mut context: WorkerContext, task: u32, cell: &RoleCell) {
         };
         context.board.register(TaskReport {
             // Said only while the fence is what keeps the task a standby here.
-            fenced_in: (wanted.role == Role::Active && role == Role::Standby)
-                .then_some(wanted.fenced_in)
-                .flatten(),
+            fenced_in: wanted.fenced_in.filter(|_| role != wanted.role),
             ..TaskReport::new(task, board_role)
         });
         context.generation = wanted.generation;
