@@ -111,7 +111,7 @@ async fn run(scenario: &Scenario, failures: u32) -> serde_json::Value {
         // lost pod's tasks onto the others until warm-up copies let them move back, and
         // killing the next owner before that (or while the last victim is still in its restart
         // backoff) fails every task at once, with no live pod left to take them (the slow
-        // tail of 7-9 s samples in stop 17's and this stop's first runs).
+        // tail of 7-9 s samples in the runs before commit f17733b).
         system.settled(scenario.standbys as usize).await;
         wait_until("every pod answers and runs its share", async || {
             whole_again(&system).await.then_some(())
