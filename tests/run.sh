@@ -42,6 +42,8 @@ step() { log "== $* ($(date +%T))"; }
 
 step "cargo fmt --check"
 cargo fmt --all -- --check || die "code is not formatted: run cargo fmt --all"
+step "markdown links"
+scripts/check-links.py || die "a Markdown link is broken or README.md is over 200 lines (list above)"
 step "cargo build (cold: ~10-25 min)"
 cargo build --workspace --all-targets --locked
 step "cargo clippy"
