@@ -10,6 +10,7 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 use futures::StreamExt;
+use streamkeeper_contract::manifest::MAX_MANIFEST_BYTES;
 use streamkeeper_contract::{CheckpointManifest, TaskPrefix, Versioned};
 
 /// Manifests read at once per task (the worker's restore reads as many).
@@ -198,12 +199,31 @@ impl CheckpointReader {
             }
             Err(error) => return Err(self.unavailable("GetObject", key, error)),
         };
-        let bytes = object
-            .body
-            .collect()
-            .await
-            .map_err(|e| self.unavailable("GetObject", key, e))?
-            .into_bytes();
+        // Read up to the limit, never further: the bucket is the job author's, and one large
+        // object under a manifest's name must not cost the operator (every job's) memory.
+        let limit = MAX_MANIFEST_BYTES;
+        if object.content_length().is_some_and(|n| n > limit as i64) {
+            tracing::warn!(
+                key,
+                limit,
+                "skipping an object under a manifest's name that is larger than any manifest"
+            );
+            return Ok(None);
+        }
+        let mut body = object.body;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| self.unavailable("GetObject", key, e))?;
+            if bytes.len() + chunk.len() > limit {
+                tracing::warn!(
+                    key,
+                    limit,
+                    "skipping an object under a manifest's name that is larger than any manifest"
+                );
+                return Ok(None);
+            }
+            bytes.extend_from_slice(&chunk);
+        }
         match CheckpointManifest::from_json(&bytes) {
             Ok(manifest) => Ok(Some(manifest)),
             Err(error) => {

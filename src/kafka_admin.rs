@@ -136,11 +136,17 @@ pub struct TopicFacts {
 }
 
 /// Admin clients by bootstrap list and credentials: jobs on one cluster with the same
-/// credentials share one client (and its connections).
+/// credentials share one client (and its connections). At most [`MAX_ADMIN_CLIENTS`] are kept:
+/// the bootstrap lists and credentials are the job authors', and each client holds threads,
+/// connections and buffers, so one tenant naming ever new ones must not grow the operator
+/// without end. The least recently used goes first (a job still using it connects again).
 pub struct KafkaAdmins {
-    clients: Mutex<HashMap<(String, u64), KafkaAdmin>>,
+    clients: Mutex<HashMap<(String, u64), (KafkaAdmin, std::time::Instant)>>,
     leadership: Leadership,
 }
+
+/// The most admin clients kept at once.
+pub const MAX_ADMIN_CLIENTS: usize = 32;
 
 impl Default for KafkaAdmins {
     fn default() -> Self {
@@ -170,12 +176,22 @@ impl KafkaAdmins {
             .clients
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(admin) = clients.get(&key) {
+        let now = std::time::Instant::now();
+        if let Some((admin, used)) = clients.get_mut(&key) {
+            *used = now;
             return Ok(admin.clone());
         }
         let mut admin = KafkaAdmin::connect(bootstrap, security)?;
         admin.leadership = self.leadership.clone();
-        clients.insert(key, admin.clone());
+        while clients.len() >= MAX_ADMIN_CLIENTS {
+            let oldest = clients
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(key, _)| key.clone());
+            let Some(oldest) = oldest else { break };
+            clients.remove(&oldest);
+        }
+        clients.insert(key, (admin.clone(), now));
         Ok(admin)
     }
 }
@@ -503,6 +519,24 @@ mod tests {
             is_default: true,
             is_sensitive: false,
         }
+    }
+
+    #[test]
+    fn the_admin_client_cache_keeps_at_most_its_bound_and_drops_the_least_recently_used() {
+        let admins = KafkaAdmins::default();
+        let first = "127.0.0.1:1";
+        admins.for_cluster(first, None).unwrap();
+        for port in 2..=u16::try_from(MAX_ADMIN_CLIENTS).unwrap() + 8 {
+            admins
+                .for_cluster(&format!("127.0.0.1:{port}"), None)
+                .unwrap();
+            // The first one stays in use, so it is never the least recently used.
+            admins.for_cluster(first, None).unwrap();
+        }
+        let clients = admins.clients.lock().unwrap();
+        assert_eq!(clients.len(), MAX_ADMIN_CLIENTS);
+        assert!(clients.contains_key(&(first.to_string(), 0)));
+        assert!(!clients.contains_key(&("127.0.0.1:2".to_string(), 0)));
     }
 
     #[test]

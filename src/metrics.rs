@@ -24,6 +24,11 @@ pub struct CategoryLabels {
     pub category: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
 pub struct Metrics {
     pub registry: Registry,
     /// Every family registered, with its full name: the text exposition leaves a labelled
@@ -38,6 +43,7 @@ pub struct Metrics {
     detection: Histogram,
     failover: Histogram,
     handoff_stall: Histogram,
+    assignment_refusals: Family<ReasonLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -115,6 +121,17 @@ impl Metrics {
             "From the decision that handed a task off to its new owner's first commit",
             handoff_stall.clone(),
         );
+        let assignment_refusals = Family::<ReasonLabels, Counter>::default();
+        r.register(
+            "assignment_refusals",
+            "Deliveries of the assignment a worker refused, by reason (Unauthorized: it holds another worker token)",
+            assignment_refusals.clone(),
+        );
+        for reason in crate::failover::delivery::RefusalReason::ALL {
+            drop(assignment_refusals.get_or_create(&ReasonLabels {
+                reason: reason.label(),
+            }));
+        }
         Self {
             registry,
             families,
@@ -127,6 +144,7 @@ impl Metrics {
             detection,
             failover,
             handoff_stall,
+            assignment_refusals,
         }
     }
 
@@ -157,6 +175,13 @@ impl Metrics {
             &self.handoff_stall
         };
         histogram.observe(took.as_secs_f64());
+    }
+
+    /// A worker refused a delivery of the assignment, for `reason`.
+    pub fn assignment_refused(&self, reason: &'static str) {
+        self.assignment_refusals
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 
     pub fn set_leader(&self, leader: bool) {
@@ -241,6 +266,7 @@ mod tests {
             "streamkeeper_operator_reconcile_errors_total{category=\"S3Unavailable\"} 0",
             "streamkeeper_operator_reconcile_duration_seconds_count 2",
             "streamkeeper_operator_leader 1",
+            "streamkeeper_operator_assignment_refusals_total{reason=\"Unauthorized\"} 0",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

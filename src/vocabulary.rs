@@ -40,6 +40,8 @@ pub mod reasons {
     /// contradicting its state); the message names the task, the pod and the worker's reason.
     pub const TASK_FAILED: &str = "TaskFailed";
     pub const RECONCILING: &str = "Reconciling";
+    /// An object with one of the job's names exists and is not the job's; the message names it.
+    pub const FOREIGN_OBJECT: &str = "ForeignObject";
     pub const SUSPENDED: &str = "Suspended";
     // RetentionSafe
     pub const WITHIN_RETENTION: &str = "WithinRetention";
@@ -76,10 +78,11 @@ pub mod reasons {
 
     /// Every reason an error's `category()` returns: the operator's error counter starts each at
     /// 0 (a category missing here only appears at its first error).
-    pub const ERROR_CATEGORIES: [&str; 16] = [
+    pub const ERROR_CATEGORIES: [&str; 17] = [
         API_ERROR,
         CHANGELOG_DELETES_KEYS,
         CHECKPOINT_TOO_OLD,
+        FOREIGN_OBJECT,
         INPUT_TOPIC_MISSING,
         INPUT_TRUNCATED,
         INTERVAL_EXCEEDS_RETENTION,
@@ -113,4 +116,7 @@ pub mod reasons {
     pub const CLEANED_UP: &str = "CleanedUp";
     pub const STOPPING_WORKERS: &str = "StoppingWorkers";
     pub const TOPICS_KEPT: &str = "TopicsKept";
+    /// A worker pod refused the assignment (its worker token differs, say): its tasks cannot
+    /// move until it takes one.
+    pub const ASSIGNMENT_REFUSED: &str = "AssignmentRefused";
 }

@@ -49,6 +49,8 @@ pub enum WorkerCallError {
     Refused {
         host: String,
         port: u16,
+        /// The answer's status code.
+        status: u16,
         status_line: String,
         /// The worker's own reason, when the body is its error document.
         detail: Option<String>,
@@ -59,6 +61,13 @@ pub enum WorkerCallError {
         port: u16,
         reason: String,
     },
+}
+
+impl WorkerCallError {
+    /// Whether the worker refused the call's token (401): it holds another one.
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self, WorkerCallError::Refused { status: 401, .. })
+    }
 }
 
 /// `POST /v1/checkpoints` on `host:port` with the job's `token` (`None` when the job has no
@@ -247,6 +256,7 @@ async fn read_answer(
     Err(WorkerCallError::Refused {
         host: worker.host.to_string(),
         port: worker.port,
+        status: parts.status.as_u16(),
         status_line: format!("{:?} {}", parts.version, parts.status),
         detail: body
             .ok()
@@ -390,6 +400,7 @@ mod tests {
         let message = error.to_string();
         assert!(message.contains("401 Unauthorized"), "{message}");
         assert!(message.ends_with(": wrong token here"), "{message}");
+        assert!(error.is_unauthorized(), "{error:?}");
     }
 
     #[tokio::test]

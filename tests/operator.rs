@@ -20,17 +20,8 @@ use operator_support::process::wait_for;
 use operator_support::{support, *};
 use std::time::Duration;
 use streamkeeper::api::{JobPhase, StatefulStreamJob};
-use streamkeeper::controller::{Facts, build, conditions, validate};
+use streamkeeper::controller::{Facts, build, validate};
 use streamkeeper_contract::Versioned;
-
-fn condition<'a>(
-    job: &'a StatefulStreamJob,
-    type_: &str,
-) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-    let status = job.status.as_ref().expect("status written");
-    conditions::find(&status.conditions, type_)
-        .unwrap_or_else(|| panic!("condition {type_} missing: {:#?}", status.conditions))
-}
 
 async fn resource_versions(client: &Client, namespace: &str, job: &str) -> Vec<(String, String)> {
     async fn one<K>(client: &Client, namespace: &str, name: &str) -> (String, String)

@@ -14,16 +14,6 @@ use rdkafka::admin::AdminOptions;
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use streamkeeper::api::{StatefulStreamJob, TaskCheckpoint};
-use streamkeeper::controller::conditions;
-
-fn condition<'a>(
-    job: &'a StatefulStreamJob,
-    type_: &str,
-) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-    let status = job.status.as_ref().expect("status written");
-    conditions::find(&status.conditions, type_)
-        .unwrap_or_else(|| panic!("condition {type_} missing: {:#?}", status.conditions))
-}
 
 /// Sends `count` keyed records to `partition` of `topic`.
 async fn produce(topic: &str, partition: i32, count: usize) {

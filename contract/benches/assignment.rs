@@ -71,7 +71,8 @@ fn decide(
         settling: &BTreeSet::new(),
         newest_recorded_generation: 0,
         fenced_actives: &BTreeSet::new(),
-    });
+    })
+    .expect("generations left");
     (doc, started.elapsed())
 }
 

@@ -77,10 +77,21 @@ pub struct AssignmentFacts<'a> {
     pub fenced_actives: &'a BTreeSet<u32>,
 }
 
+/// No generation is left above the current one: a worker acts only on a newer generation, so
+/// the same number again would be refused (or, worse, taken for the document it already has).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "assignment generation {0} is the last one: no newer document can be issued; delete the job's assignment ConfigMap and restart its pods to start again from 1"
+)]
+pub struct GenerationsExhausted(pub u64);
+
 /// The next assignment. Its generation is the current one when nothing changed, and one more
 /// when anything did or an active was fenced under it; and always above any generation a worker
-/// recorded, which only a lost stored document leaves behind.
-pub fn next_assignment(facts: AssignmentFacts<'_>) -> AssignmentDocument {
+/// recorded, which only a lost stored document leaves behind. Refused when that would pass
+/// `u64::MAX`.
+pub fn next_assignment(
+    facts: AssignmentFacts<'_>,
+) -> Result<AssignmentDocument, GenerationsExhausted> {
     let mut plan = Plan::new(&facts);
     plan.place_actives(&facts);
     plan.balance_actives(&facts);
@@ -95,14 +106,19 @@ pub fn next_assignment(facts: AssignmentFacts<'_>) -> AssignmentDocument {
         {
             current.generation
         }
-        Some(current) => current.generation.max(recorded).saturating_add(1),
-        None => recorded.saturating_add(1),
+        Some(current) => {
+            let newest = current.generation.max(recorded);
+            newest.checked_add(1).ok_or(GenerationsExhausted(newest))?
+        }
+        None => recorded
+            .checked_add(1)
+            .ok_or(GenerationsExhausted(recorded))?,
     };
-    AssignmentDocument {
+    Ok(AssignmentDocument {
         version: AssignmentDocument::VERSION,
         generation,
         tasks,
-    }
+    })
 }
 
 /// How a candidate pod for a standby ranks, best first: farthest from the active, already

@@ -69,6 +69,7 @@ fn decide(
         newest_recorded_generation: 0,
         fenced_actives: &BTreeSet::new(),
     })
+    .unwrap()
 }
 
 /// Decides again with every copy warm until nothing changes (at most `rounds` times).
@@ -254,7 +255,8 @@ fn held_balance_leaves_a_returning_pod_without_tasks_and_still_warms_its_copies(
         settling: &BTreeSet::new(),
         newest_recorded_generation: 0,
         fenced_actives: &BTreeSet::new(),
-    });
+    })
+    .unwrap();
     assert_eq!(held.active_tasks_of("job-1").count(), 0, "{held:?}");
     assert_eq!(held.standby_tasks_of("job-1").count(), 4, "standbys placed");
     // Once balance is allowed, the warm copies take their share.
@@ -282,6 +284,7 @@ fn a_settling_task_stays_with_its_new_owner_while_the_others_even_out() {
             newest_recorded_generation: 0,
             fenced_actives: &BTreeSet::new(),
         })
+        .unwrap()
     };
     let next = decide_settling(&BTreeSet::from([0, 1]), &current);
     let moved: Vec<u32> = next.active_tasks_of("job-1").collect();
@@ -309,7 +312,8 @@ fn a_settling_task_stays_with_its_new_owner_while_the_others_even_out() {
         settling: &BTreeSet::from([0, 1, 2, 3]),
         newest_recorded_generation: 0,
         fenced_actives: &BTreeSet::new(),
-    });
+    })
+    .unwrap();
     let on_0: Vec<u32> = next.active_tasks_of("job-0").collect();
     assert_eq!(on_0, [0, 1, 2, 3], "settling tasks stay: {next:?}");
     assert_eq!(
@@ -417,7 +421,8 @@ fn without_a_document_in_force_the_generation_starts_above_any_a_worker_recorded
         settling: &BTreeSet::new(),
         newest_recorded_generation: 17,
         fenced_actives: &BTreeSet::new(),
-    });
+    })
+    .unwrap();
     assert_eq!(after_loss.generation, 18);
     assert_eq!(after_loss.tasks, fresh.tasks, "the same decision otherwise");
 
@@ -433,7 +438,8 @@ fn without_a_document_in_force_the_generation_starts_above_any_a_worker_recorded
         settling: &BTreeSet::new(),
         newest_recorded_generation: 17,
         fenced_actives: &BTreeSet::new(),
-    });
+    })
+    .unwrap();
     assert_eq!(lifted.generation, 18);
     assert_eq!(lifted.tasks, fresh.tasks);
 }
@@ -455,6 +461,7 @@ fn an_active_fenced_under_the_document_in_force_gets_it_again_under_a_newer_gene
             newest_recorded_generation: current.generation,
             fenced_actives: fenced,
         })
+        .unwrap()
     };
     assert_eq!(
         facts(&BTreeSet::new()),
@@ -464,4 +471,42 @@ fn an_active_fenced_under_the_document_in_force_gets_it_again_under_a_newer_gene
     let again = facts(&BTreeSet::from([1]));
     assert_eq!(again.generation, current.generation + 1);
     assert_eq!(again.tasks, current.tasks, "the same owners claim again");
+}
+
+#[test]
+fn the_last_generation_refuses_a_change_instead_of_repeating_itself() {
+    let pods = pods(2, 2, 1);
+    let last = all_on_job_0_standbys_on_job_1(2, u64::MAX);
+    let unchanged = next_assignment(AssignmentFacts {
+        tasks: 2,
+        pods: &pods,
+        copies: &warm_copies(&last),
+        current: Some(&last),
+        standby_replicas: 1,
+        acceptable_recovery_lag: 100,
+        balance: false,
+        settling: &BTreeSet::new(),
+        newest_recorded_generation: 0,
+        fenced_actives: &BTreeSet::new(),
+    });
+    assert_eq!(
+        unchanged.map(|d| d.generation),
+        Ok(u64::MAX),
+        "nothing changed: it stands"
+    );
+    let lost = [pods[1].clone()];
+    let refused = next_assignment(AssignmentFacts {
+        tasks: 2,
+        pods: &lost,
+        copies: &warm_copies(&last),
+        current: Some(&last),
+        standby_replicas: 1,
+        acceptable_recovery_lag: 100,
+        balance: false,
+        settling: &BTreeSet::new(),
+        newest_recorded_generation: 0,
+        fenced_actives: &BTreeSet::new(),
+    });
+    assert_eq!(refused, Err(GenerationsExhausted(u64::MAX)));
+    assert!(refused.unwrap_err().to_string().contains("is the last one"));
 }

@@ -47,6 +47,12 @@ pub struct CheckpointFile {
     pub sha256: String,
 }
 
+/// The largest manifest anyone reads: a manifest lists a checkpoint's files at about 200 bytes
+/// each, so this is some 80,000 files, far above any task's state. A larger object under a
+/// manifest's name is not a manifest, and reading it whole could run the reader (the operator,
+/// which reads every job's manifests) out of memory.
+pub const MAX_MANIFEST_BYTES: usize = 16 << 20;
+
 impl CheckpointManifest {
     pub fn total_bytes(&self) -> u64 {
         self.files.iter().map(|f| f.size).sum()

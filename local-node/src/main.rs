@@ -14,6 +14,7 @@ mod launch;
 mod node;
 mod pods;
 mod probe;
+mod projection;
 mod provisioner;
 mod status;
 mod termination;
@@ -54,6 +55,10 @@ pub struct Options {
     /// pods; each pending claim gets a `local` volume pinned to NODE.
     #[arg(long, value_name = "NODE")]
     pub provision_only_for: Option<String>,
+    /// How often the files a ConfigMap or Secret projects into a running pod are brought up
+    /// to date (a kubelet takes up to about a minute).
+    #[arg(long, default_value_t = 5)]
+    pub volume_refresh_seconds: u64,
 }
 
 fn parse_label(raw: &str) -> Result<(String, String), String> {

@@ -3,6 +3,7 @@
 //! reported in `status`.
 
 use crate::launch::{self, ContainerPlan, HttpProbe, PodPlace, Sources};
+use crate::projection;
 use crate::status::{self, ContainerState, ContainerView, PodView};
 use crate::termination::{deletion_grace_seconds, signal};
 use crate::token;
@@ -13,7 +14,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,9 @@ struct ContainerRun {
 struct PodRun {
     namespace: String,
     name: String,
+    /// The pod as it started, whose projected volumes are kept up to date.
+    pod: Pod,
+    dir: PathBuf,
     ip: String,
     start_time: String,
     restart_policy: String,
@@ -55,6 +59,8 @@ pub struct PodRunner {
     blocked: HashMap<String, String>,
     /// The apiserver as this agent's kubeconfig names it, for the pods' own kubeconfigs.
     cluster: Option<serde_json::Value>,
+    /// When the projected volumes of the running pods were last brought up to date.
+    volumes_refreshed: Instant,
 }
 
 fn now() -> String {
@@ -261,6 +267,7 @@ impl PodRunner {
             pods: HashMap::new(),
             blocked: HashMap::new(),
             cluster: token::own_cluster(),
+            volumes_refreshed: Instant::now(),
         }
     }
 
@@ -361,7 +368,7 @@ impl PodRunner {
             }
         }
         for volume in &plan.volumes {
-            materialize(&volume.dir, &volume.files)
+            projection::materialize(&volume.dir, &volume.files)
                 .map_err(|e| format!("volume {}: {e}", volume.name))?;
         }
         let logs = pod_dir.join("logs");
@@ -369,6 +376,8 @@ impl PodRunner {
         let mut run = PodRun {
             namespace,
             name: name.clone(),
+            pod: pod.clone(),
+            dir: pod_dir,
             ip,
             start_time: now(),
             restart_policy: pod
@@ -400,7 +409,7 @@ impl PodRunner {
             kill_at: None,
             reported: None,
         };
-        tracing::info!(pod = %name, ip = %run.ip, dir = %pod_dir.display(), "starting pod");
+        tracing::info!(pod = %name, ip = %run.ip, dir = %run.dir.display(), "starting pod");
         for container in &mut run.containers {
             container.spawn(&run.ip);
         }
@@ -515,6 +524,7 @@ impl PodRunner {
                 self.report_blocked(pod, reason).await;
             }
         }
+        self.refresh_volumes().await;
         let uids: Vec<String> = self.pods.keys().cloned().collect();
         for uid in uids {
             let Some(run) = self.pods.get_mut(&uid) else {
@@ -523,12 +533,51 @@ impl PodRunner {
             run.tend().await;
             let status = status::pod_status(&run.view(), &now());
             // Compare without the transition times, which change on every pass.
-            let comparable = strip_times(&status);
+            let comparable = status::strip_times(&status);
             if run.reported.as_ref() != Some(&comparable) {
                 let (namespace, name) = (run.namespace.clone(), run.name.clone());
                 run.reported = Some(comparable);
                 self.patch_status(&namespace, &name, &json!({ "status": status }))
                     .await;
+            }
+        }
+    }
+
+    /// Brings the running pods' ConfigMap and Secret files up to date, every
+    /// `--volume-refresh-seconds` ([`projection`]).
+    async fn refresh_volumes(&mut self) {
+        let every = Duration::from_secs(self.options.volume_refresh_seconds);
+        if self.volumes_refreshed.elapsed() < every {
+            return;
+        }
+        self.volumes_refreshed = Instant::now();
+        let namespaces: BTreeSet<String> =
+            self.pods.values().map(|r| r.namespace.clone()).collect();
+        for namespace in namespaces {
+            let Ok(sources) = self.sources(&namespace).await else {
+                continue;
+            };
+            for run in self.pods.values().filter(|r| r.namespace == namespace) {
+                let place = PodPlace {
+                    pod_ip: &run.ip,
+                    node_name: &self.options.node_name,
+                    pod_dir: &run.dir,
+                    root: &self.options.root,
+                    images: &self.options.images,
+                };
+                // A source missing for the moment keeps the files as they are.
+                let Ok(plan) = launch::plan(&run.pod, &place, &sources) else {
+                    continue;
+                };
+                match projection::refresh(&plan.volumes) {
+                    Ok(changed) if !changed.is_empty() => {
+                        tracing::info!(pod = %run.name, volumes = ?changed, "projected volumes updated")
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::warn!(pod = %run.name, %error, "projected volumes not updated")
+                    }
+                }
             }
         }
     }
@@ -546,26 +595,4 @@ impl PodRunner {
             run.kill();
         }
     }
-}
-
-fn strip_times(status: &serde_json::Value) -> serde_json::Value {
-    let mut status = status.clone();
-    if let Some(conditions) = status["conditions"].as_array_mut() {
-        for condition in conditions {
-            condition["lastTransitionTime"] = serde_json::Value::Null;
-        }
-    }
-    status
-}
-
-fn materialize(dir: &Path, files: &[(PathBuf, Vec<u8>)]) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    for (relative, content) in files {
-        let path = dir.join(relative);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        std::fs::write(&path, content)?;
-    }
-    Ok(())
 }

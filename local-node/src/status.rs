@@ -134,6 +134,18 @@ pub fn pod_status(view: &PodView, transition_time: &str) -> Value {
     })
 }
 
+/// `status` without its conditions' transition times, which change on every pass: what a
+/// comparison with the last reported status must ignore.
+pub fn strip_times(status: &serde_json::Value) -> serde_json::Value {
+    let mut status = status.clone();
+    if let Some(conditions) = status["conditions"].as_array_mut() {
+        for condition in conditions {
+            condition["lastTransitionTime"] = serde_json::Value::Null;
+        }
+    }
+    status
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -10,6 +10,7 @@ use crate::api::StatefulStreamJob;
 use crate::api::status::CreatedTopic;
 use crate::controller::DesiredResources;
 use crate::controller::build::DesiredTopics;
+use crate::controller::ownership::{self, ForeignObject, Verified};
 use crate::controller::worker_token::{self, WorkerTokenError};
 use crate::kafka_admin::DesiredTopic;
 use crate::kafka_admin::{Creation, KafkaAdmin, KafkaAdminError};
@@ -45,6 +46,9 @@ pub struct ApiError {
 pub enum ApplyError {
     #[error(transparent)]
     Api(#[from] ApiError),
+    /// An object with the job's derived name that is not the job's: nothing more is applied.
+    #[error(transparent)]
+    Foreign(#[from] ForeignObject),
     #[error(transparent)]
     Kafka(#[from] KafkaAdminError),
     #[error(transparent)]
@@ -64,13 +68,14 @@ pub enum ApplyOutcome {
     ChangelogRefused(RetentionViolation),
 }
 
-/// Applies `desired` for the job `job` in `namespace`.
+/// Applies `desired` for the job `job` in `namespace`. Objects that exist and are not the job's
+/// are refused, never taken over ([`ownership`]); `verified` remembers the ones that are.
 pub async fn apply(
     client: &Client,
     kafka: &KafkaAdmin,
-    namespace: &str,
-    job: &str,
+    (namespace, job): (&str, &str),
     desired: &DesiredResources,
+    verified: &Verified,
 ) -> Result<ApplyOutcome, ApplyError> {
     let DesiredResources {
         config_map,
@@ -90,11 +95,18 @@ pub async fn apply(
     };
     // Before the StatefulSet: its pods mount the Secret and cannot start without it. The token is
     // read back here only to prove it usable; the suspend step reads it when it needs it.
+    let owned = Owned {
+        client,
+        namespace,
+        verified,
+    };
+    owned.check(worker_token).await?;
     worker_token::ensure(client, namespace, worker_token).await?;
-    server_side_apply(client, namespace, config_map).await?;
-    server_side_apply(client, namespace, service).await?;
-    server_side_apply(client, namespace, pod_disruption_budget).await?;
-    let stateful_set = server_side_apply(client, namespace, stateful_set).await?;
+    owned.remember(worker_token);
+    owned.apply(config_map).await?;
+    owned.apply(service).await?;
+    owned.apply(pod_disruption_budget).await?;
+    let stateful_set = owned.apply(stateful_set).await?;
     Ok(ApplyOutcome::Applied {
         stateful_set: Box::new(stateful_set),
         changelog_delete_retention_ms,
@@ -210,6 +222,69 @@ fn check_changelog(
     let config = |key: &str| existing.config.get(key).map(String::as_str);
     let time = retention::TopicRetention::from_topic_config(config("retention.ms"), None)?.time;
     retention::check_changelog_cleanup_policy(config("cleanup.policy").unwrap_or("delete"), time)
+}
+
+/// Applies objects that are, or will be, the job's own.
+struct Owned<'a> {
+    client: &'a Client,
+    namespace: &'a str,
+    verified: &'a Verified,
+}
+
+impl Owned<'_> {
+    /// [`server_side_apply`] of `object`, after [`Owned::check`].
+    async fn apply<K>(&self, object: &K) -> Result<K, ApplyError>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + Serialize
+            + DeserializeOwned
+            + Debug,
+    {
+        self.check(object).await?;
+        let applied = server_side_apply(self.client, self.namespace, object).await?;
+        self.remember(object);
+        Ok(applied)
+    }
+
+    /// Checks that an object of `object`'s name, if there is one, is the job's (named by
+    /// `object`'s owner reference); once per object and operator start ([`Verified`]).
+    async fn check<K>(&self, object: &K) -> Result<(), ApplyError>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + Debug,
+    {
+        let kind = K::kind(&()).to_string();
+        let name = object.meta().name.clone().unwrap_or_default();
+        let Some(owner) = object.meta().owner_references.iter().flatten().next() else {
+            return Ok(());
+        };
+        if self.verified.contains(owner, &kind, &name) {
+            return Ok(());
+        }
+        let api: Api<K> = Api::namespaced(self.client.clone(), self.namespace);
+        let existing = api.get_opt(&name).await.map_err(|source| ApiError {
+            action: "read",
+            kind: kind.clone(),
+            namespace: self.namespace.to_string(),
+            name: name.clone(),
+            source,
+        })?;
+        if let Some(existing) = existing {
+            ownership::check(&kind, self.namespace, existing.meta(), owner)?;
+        }
+        Ok(())
+    }
+
+    /// `object` is the job's now (applied or created with its owner reference).
+    fn remember<K: Resource<DynamicType = ()>>(&self, object: &K) {
+        if let Some(owner) = object.meta().owner_references.iter().flatten().next() {
+            let name = object.meta().name.clone().unwrap_or_default();
+            self.verified.insert(owner, &K::kind(&()), &name);
+        }
+    }
 }
 
 /// Server-side apply of `object` (named, namespaced) with [`FIELD_MANAGER`], forced.

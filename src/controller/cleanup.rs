@@ -85,7 +85,10 @@ pub async fn stop_workers(
         .list(&ListParams::default().labels(&selector))
         .await
         .map_err(api_error("list", "Pod", &namespace, &selector))?
-        .items;
+        .items
+        .into_iter()
+        .filter(|pod| crate::controller::ownership::is_worker_pod(&pod.metadata, &set_name))
+        .collect::<Vec<_>>();
     if remaining.is_empty() {
         return Ok(None);
     }

@@ -41,6 +41,8 @@ pub struct Context {
     failures: Mutex<HashMap<String, u32>>,
     /// Each job's failover loop (assignment, heartbeat, promotion).
     pub failovers: Failovers,
+    /// The objects seen to be their job's own (see [`crate::controller::ownership`]).
+    pub verified: crate::controller::ownership::Verified,
 }
 
 impl Context {
@@ -60,6 +62,7 @@ impl Context {
             leadership: Leadership::unconditional(),
             failures: Mutex::new(HashMap::new()),
             failovers: Failovers::default(),
+            verified: Default::default(),
         }
     }
 

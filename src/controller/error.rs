@@ -35,6 +35,8 @@ pub enum ReconcileError {
     NotLeading(#[from] NotLeading),
     #[error(transparent)]
     WorkerToken(#[from] WorkerTokenError),
+    #[error(transparent)]
+    Foreign(#[from] crate::controller::ownership::ForeignObject),
 }
 
 impl ReconcileError {
@@ -48,6 +50,7 @@ impl ReconcileError {
             ReconcileError::KafkaCredentials(_) => reasons::KAFKA_CREDENTIALS,
             ReconcileError::NotLeading(_) => reasons::NOT_LEADING,
             ReconcileError::WorkerToken(error) => error.category(),
+            ReconcileError::Foreign(_) => reasons::FOREIGN_OBJECT,
             ReconcileError::Finalizer(error) => match error.as_ref() {
                 finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => {
                     inner.category()
@@ -71,6 +74,7 @@ impl From<ApplyError> for ReconcileError {
             ApplyError::Kafka(error) => ReconcileError::Kafka(error),
             ApplyError::WorkerToken(WorkerTokenError::Api(error)) => ReconcileError::Api(error),
             ApplyError::WorkerToken(error) => ReconcileError::WorkerToken(error),
+            ApplyError::Foreign(foreign) => ReconcileError::Foreign(foreign),
         }
     }
 }

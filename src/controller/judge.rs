@@ -12,6 +12,7 @@ use crate::controller::cadence::{RESYNC, ROLLING_RECHECK, TASKS_RECHECK};
 use crate::controller::conditions::{self, ConditionStatus, ConditionUpdate};
 use crate::controller::observe::CheckpointObservation;
 use crate::controller::operations::{RollState, SuspendNote};
+use crate::controller::ownership::ForeignObject;
 use crate::controller::status::{self, Observation, PhaseInputs, condition};
 use crate::controller::task_status::{self, TaskView};
 use crate::controller::{InvalidSpec, ValidatedJob};
@@ -87,6 +88,18 @@ pub fn refused(observation: &mut Observation, refusal: &Refusal) {
             "refused; nothing is started until the rule holds",
         ),
     ]);
+}
+
+/// An object with one of the job's names is someone else's: `Ready` is `False` naming it, and
+/// nothing after it is applied until it is gone.
+pub fn foreign(observation: &mut Observation, foreign: &ForeignObject) {
+    observation.phase = Some(JobPhase::Failed);
+    observation.conditions.push(condition(
+        types::READY,
+        ConditionStatus::False,
+        reasons::FOREIGN_OBJECT,
+        foreign.to_string(),
+    ));
 }
 
 /// Kafka or S3 could not be reached: each condition in `affected` is `Unknown`, saying why.

@@ -30,6 +30,7 @@ pub mod labels;
 pub mod names;
 pub mod observe;
 pub mod operations;
+pub mod ownership;
 pub mod reconcile;
 pub mod run;
 pub mod status;

@@ -7,6 +7,7 @@ use crate::controller::apply::ApiError;
 use crate::controller::events::{job_reference, publish};
 use crate::controller::labels;
 use crate::controller::names;
+use crate::controller::ownership;
 use crate::controller::worker_token;
 use crate::controller::{Context, ReconcileError};
 use crate::failover::DrainTarget;
@@ -128,7 +129,12 @@ pub(crate) async fn job_pods(ctx: &Context, job: &ValidatedJob) -> Result<Vec<Po
             name: labels::selector_string(&job.name),
             source,
         })?;
-    Ok(list.items)
+    let stateful_set = names::stateful_set(&job.name);
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|pod| ownership::is_worker_pod(&pod.metadata, &stateful_set))
+        .collect())
 }
 
 /// Where replacing outdated pods stands.

@@ -12,6 +12,7 @@ use crate::controller::apply::{self, ApiError, ApplyError, ApplyOutcome, REFUSED
 use crate::controller::cadence::{ROLLING_RECHECK, spread};
 use crate::controller::events::publish;
 use crate::controller::judge::{self, Refusal, TaskEvidence};
+use crate::controller::ownership::ForeignObject;
 use crate::controller::status::Observation;
 use crate::controller::update_status::update_status;
 use crate::controller::{
@@ -100,6 +101,8 @@ enum Halt {
     Invalid(InvalidSpec),
     /// The job breaks a retention or changelog rule: look again later.
     Refused(Refusal),
+    /// An object with one of the job's names is someone else's: look again later.
+    Foreign(ForeignObject),
     /// Kafka or S3 did not answer: these conditions are `Unknown`, then back off.
     Unreachable(ReconcileError, &'static [&'static str]),
     /// The apiserver failed (or this process no longer leads): back off, write nothing.
@@ -137,6 +140,11 @@ async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
         }
         Err(Halt::Refused(refusal)) => {
             judge::refused(&mut observation, &refusal);
+            Ok(Action::requeue(REFUSED_RECHECK))
+        }
+        Err(Halt::Foreign(foreign)) => {
+            tracing::warn!(job = %job.name_any(), %foreign, "refusing to take over an object");
+            judge::foreign(&mut observation, &foreign);
             Ok(Action::requeue(REFUSED_RECHECK))
         }
         Err(Halt::Unreachable(error, unchecked)) => {
@@ -327,9 +335,9 @@ async fn apply_desired(
     let outcome = apply::apply(
         &ctx.client,
         kafka,
-        &validated.namespace,
-        &validated.name,
+        (&validated.namespace, &validated.name),
         desired,
+        &ctx.verified,
     )
     .await;
     match outcome {
@@ -345,6 +353,7 @@ async fn apply_desired(
         Ok(ApplyOutcome::ChangelogRefused(violation)) => {
             Err(Halt::Refused(Refusal::changelog(violation)))
         }
+        Err(ApplyError::Foreign(foreign)) => Err(Halt::Foreign(foreign)),
         Err(ApplyError::Kafka(error)) => Err(Halt::Unreachable(
             error.into(),
             &[types::CHANGELOG_READY, types::READY],
@@ -377,6 +386,7 @@ async fn current_job(
 async fn on_delete(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, ReconcileError> {
     ctx.failovers
         .stop(&job.namespace().unwrap_or_default(), &job.name_any());
+    ctx.verified.forget(&job.uid().unwrap_or_default());
     if job.spec.deletion_policy == DeletionPolicy::Retain {
         tracing::info!(job = %job_key(job), "deleted; changelog and checkpoints retained");
         return Ok(Action::await_change());

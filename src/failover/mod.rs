@@ -15,6 +15,8 @@
 //! so tasks do not pile up on the first pod to start. A new leader reads the stored document
 //! back and goes on from it.
 
+pub mod delivery;
+mod events;
 pub mod facts;
 pub mod health;
 pub mod moves;
@@ -41,17 +43,13 @@ use registry::{Shared, view_of};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use streamkeeper_contract::{
-    AssignmentDocument, AssignmentFacts, TaskReport, WorkerToken, next_assignment,
-};
+use streamkeeper_contract::{AssignmentDocument, AssignmentFacts, TaskReport, next_assignment};
 use tokio::sync::watch;
 
 /// How often every pod is asked for its reports.
 pub const POLL_EVERY: Duration = Duration::from_millis(250);
 /// How long one poll may take before it counts as silence.
 const POLL_TIMEOUT: Duration = Duration::from_millis(500);
-/// How long one delivery of the document may take.
-const SEND_TIMEOUT: Duration = Duration::from_millis(2_500);
 /// How often the pod list is read from the apiserver.
 const LIST_EVERY: Duration = Duration::from_secs(1);
 /// How often an unchanged document is sent again (to a pod that restarted, say).
@@ -127,8 +125,8 @@ struct LoopState {
     listed_at: Option<Instant>,
     sent_at: Option<Instant>,
     started: Instant,
-    /// The job's worker token, which a document needs to be taken (read once it exists).
-    token: Option<WorkerToken>,
+    /// The job's worker tokens, which a document needs to be taken, and the answers.
+    delivery: delivery::Delivery,
     zones: zones::NodeZones,
 }
 
@@ -148,7 +146,7 @@ async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>, shared: 
         listed_at: None,
         sent_at: None,
         started: Instant::now(),
-        token: None,
+        delivery: delivery::Delivery::default(),
         zones: zones::NodeZones::default(),
     };
     let mut ticks = tokio::time::interval(POLL_EVERY);
@@ -191,6 +189,8 @@ enum PollError {
     Api(#[from] ApiError),
     #[error(transparent)]
     Token(#[from] worker_token::WorkerTokenError),
+    #[error(transparent)]
+    Generations(#[from] streamkeeper_contract::assign::GenerationsExhausted),
 }
 
 /// One poll: heartbeat, decide, store, send.
@@ -203,8 +203,9 @@ async fn tick(
     if !state.read_back {
         read_back(deps, job, state, shared).await?;
     }
-    if state.token.is_none() {
-        state.token = worker_token::read(&deps.client, &job.namespace, &job.name).await?;
+    if state.delivery.take_answers(deps, job).await? {
+        // A new token: the pods that refused the old one may hold it already.
+        state.sent_at = None;
     }
     if state.listed_at.is_none_or(|at| at.elapsed() >= LIST_EVERY) {
         state.pods = list_pods(&deps.client, job).await?;
@@ -282,7 +283,7 @@ async fn tick(
         settling: &settling,
         newest_recorded_generation: state.newest_recorded_generation,
         fenced_actives: &fenced_actives,
-    });
+    })?;
     let changed = state.document.as_ref() != Some(&next);
     // Stored first, with its moves (a new leader must read back what workers may act on, and
     // what is left to report), then sent, and only then reported: Events and the status are
@@ -497,35 +498,18 @@ async fn poll_pods(job: &FailoverJob, state: &mut LoopState) -> Vec<(String, Vec
     reports
 }
 
-/// Sends the current document to every live pod, each call on its own task: a call that hangs
-/// (a pod frozen before its silence counts) must not hold up the next poll, or a frozen owner
-/// is found late (measured: decisions after 3.8 s of silence for a 2 s suspicion, the 2.5 s
-/// send timeout added on top). A late call is harmless: a worker never acts on a generation
-/// older than one it has seen.
+/// Sends the current document to every live pod ([`delivery::Delivery::send`]).
 fn send(job: &FailoverJob, state: &LoopState, now: Instant) {
     let Some(document) = &state.document else {
         return;
     };
-    let document = Arc::new(document.clone());
     let targets = state
         .pods
         .iter()
         .filter(|pod| state.heartbeats.reachable(&pod.facts.name, now))
         .filter(|pod| !state.stopping.contains(&pod.facts.name))
         .filter_map(|pod| Some((pod.facts.name.clone(), pod.ip.clone()?)));
-    for (pod, ip) in targets {
-        let document = Arc::clone(&document);
-        let token = state.token.clone();
-        let port = job.port;
-        tokio::spawn(async move {
-            let sent =
-                worker_client::put_assignment(&ip, port, token.as_ref(), &document, SEND_TIMEOUT)
-                    .await;
-            if let Err(error) = sent {
-                tracing::warn!(%pod, generation = document.generation, %error, "the assignment did not reach this pod; sending again");
-            }
-        });
-    }
+    state.delivery.send(job.port, document, targets);
 }
 
 #[cfg(test)]

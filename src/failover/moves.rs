@@ -12,10 +12,8 @@ use super::health::Heartbeats;
 use super::registry::Shared;
 use super::{FailoverDeps, FailoverJob};
 use crate::api::TaskMove;
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::events::{Event, EventType, Recorder};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -191,7 +189,15 @@ pub(super) async fn report(
                 },
             );
         }
-        publish(deps, job, &moved.reason, decision.note.clone()).await;
+        super::events::publish(
+            deps,
+            job,
+            false,
+            &moved.reason,
+            "Assign",
+            decision.note.clone(),
+        )
+        .await;
     }
 }
 
@@ -309,31 +315,6 @@ pub(super) fn first_commits(
     }
     pending
         .retain(|_, moved| now.saturating_duration_since(moved.decided) < Duration::from_secs(60));
-}
-
-async fn publish(deps: &FailoverDeps, job: &FailoverJob, reason: &str, note: String) {
-    let reference = ObjectReference {
-        api_version: Some(job.owner.api_version.clone()),
-        kind: Some(job.owner.kind.clone()),
-        name: Some(job.name.clone()),
-        namespace: Some(job.namespace.clone()),
-        uid: Some(job.owner.uid.clone()),
-        ..ObjectReference::default()
-    };
-    let event = Event {
-        type_: EventType::Normal,
-        reason: reason.to_string(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "Assign".into(),
-        secondary: None,
-    };
-    // A recorder of its own: a shared one folds a second move with the same reason into the
-    // first one's Event (a series keeps the first note), so a pod's second task or a task's
-    // second move would be missing from `kubectl get events`.
-    let recorder = Recorder::new(deps.client.clone(), deps.reporter.clone());
-    if let Err(error) = recorder.publish(&event, &reference).await {
-        tracing::warn!(job = %job.name, %error, "could not publish an Event");
-    }
 }
 
 #[cfg(test)]

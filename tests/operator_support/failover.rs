@@ -109,9 +109,22 @@ impl System {
         prefix: &str,
         first_address: u8,
         zones: &[Option<&str>],
+        counts: (i32, i32),
+        events: u32,
+        spec: serde_json::Value,
+    ) -> Self {
+        Self::start_with_node_args(prefix, first_address, zones, counts, events, spec, &[]).await
+    }
+
+    /// As [`System::start_with`], each node agent started with `node_args` besides its own.
+    pub async fn start_with_node_args(
+        prefix: &str,
+        first_address: u8,
+        zones: &[Option<&str>],
         (replicas, standbys): (i32, i32),
         events: u32,
         spec: serde_json::Value,
+        node_args: &[&str],
     ) -> Self {
         let client = client().await;
         let namespace = namespace(&client, prefix).await;
@@ -158,6 +171,7 @@ impl System {
                 .args(["--label", &format!("{group_label}={group}")])
                 .args(["--provision-namespace", &namespace])
                 .args(["--first-pod-address", &address.to_string()])
+                .args(node_args)
                 .env("RUST_LOG", "info");
             if let Some(zone) = zone {
                 command.args(["--label", &format!("topology.kubernetes.io/zone={zone}")]);
@@ -232,6 +246,33 @@ impl System {
             "spare",
             &[],
         ));
+    }
+
+    /// The log of the operator started last.
+    pub fn operator_log(&self) -> String {
+        let log = self
+            .dir
+            .path()
+            .join(format!("{}.log", self.operator_identity()));
+        std::fs::read_to_string(log).unwrap_or_default()
+    }
+
+    /// The text of the operator's `/metrics`, at the address it logged; `None` until it serves.
+    pub async fn operator_metrics(&self) -> Option<String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let address = self
+            .operator_log()
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .find(|line| line["message"] == "serving /metrics and /healthz")
+            .and_then(|line| line["address"].as_str().map(str::to_string))?;
+        let mut stream = tokio::net::TcpStream::connect(&address).await.ok()?;
+        let request =
+            format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.ok()?;
+        Some(answer)
     }
 
     /// How the operator started last ended, if it has.

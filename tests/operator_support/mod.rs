@@ -28,6 +28,16 @@ use streamkeeper::controller::{Context, ReconcileError, Settings};
 use streamkeeper::metrics::Metrics;
 
 pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The job's condition of `type_`; panics naming the conditions there are when it is missing.
+pub fn condition<'a>(
+    job: &'a StatefulStreamJob,
+    type_: &str,
+) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    let status = job.status.as_ref().expect("status written");
+    streamkeeper::controller::conditions::find(&status.conditions, type_)
+        .unwrap_or_else(|| panic!("condition {type_} missing: {:#?}", status.conditions))
+}
 pub const S3_SECRET: &str = "s3-credentials";
 
 pub async fn client() -> Client {

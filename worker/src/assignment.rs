@@ -25,7 +25,7 @@ use crate::task::{Role, TaskError, TaskSlot, WorkerContext};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use streamkeeper_contract::{AssignmentDocument, FormatError, Versioned};
 
@@ -112,6 +112,9 @@ pub struct Assignments {
     context: WorkerContext,
     pod: String,
     record: PathBuf,
+    /// The generation acted on (0: none), readable without [`Assignments::state`]'s lock: the
+    /// HTTP handlers read it, and must never wait for a document being acted on.
+    generation: AtomicU64,
     state: Mutex<State>,
 }
 
@@ -124,6 +127,35 @@ struct State {
     /// standbys too; a newer document decides afresh.
     held_back: BTreeSet<u32>,
     slots: BTreeMap<u32, TaskSlot>,
+    /// Tasks no longer on this pod whose threads may still be ending (a copy dropped while it
+    /// downloads a checkpoint stops within about a second). Nobody waits for them: a task that
+    /// comes back starts its new thread behind the old one ([`TaskSlot::start`]), and
+    /// [`Assignments::join_all`] joins them at shutdown.
+    closing: BTreeMap<u32, TaskSlot>,
+}
+
+impl State {
+    /// Starts task `task`'s thread, behind the old one if the task is still closing here.
+    fn start_slot(&mut self, context: &WorkerContext, task: u32, role: Role, generation: u64) {
+        let previous = self.closing.remove(&task);
+        let slot = TaskSlot::start(context, task, role, generation, previous);
+        self.slots.insert(task, slot);
+    }
+
+    /// Joins the closing threads that have ended (at once: they are done).
+    fn reap_closed(&mut self) {
+        let ended: Vec<u32> = self
+            .closing
+            .iter()
+            .filter(|(_, slot)| slot.is_finished())
+            .map(|(&task, _)| task)
+            .collect();
+        for task in ended {
+            if let Some(slot) = self.closing.remove(&task) {
+                slot.join();
+            }
+        }
+    }
 }
 
 impl Assignments {
@@ -143,11 +175,13 @@ impl Assignments {
             context,
             pod,
             record,
+            generation: AtomicU64::new(document.as_ref().map_or(0, |d| d.generation)),
             state: Mutex::new(State {
                 document,
                 acted: false,
                 held_back: BTreeSet::new(),
                 slots: BTreeMap::new(),
+                closing: BTreeMap::new(),
             }),
         }
     }
@@ -171,16 +205,16 @@ impl Assignments {
             return;
         }
         for &task in tasks {
-            state
-                .slots
-                .entry(task)
-                .or_insert_with(|| TaskSlot::start(&self.context, task, Role::Active, 0));
+            if !state.slots.contains_key(&task) {
+                state.start_slot(&self.context, task, Role::Active, 0);
+            }
         }
     }
 
     /// The generation of the document this pod acts on (recorded on its volume), if any.
+    /// Never waits: a document being acted on does not hold it up.
     pub fn generation(&self) -> Option<u64> {
-        self.lock().document.as_ref().map(|d| d.generation)
+        Some(self.generation.load(Ordering::SeqCst)).filter(|&g| g > 0)
     }
 
     /// The worker is shutting down: its tasks are ending, and it starts no new ones.
@@ -221,15 +255,15 @@ impl Assignments {
             roles.entry(*task).and_modify(|role| *role = Role::Standby);
         }
         state.acted = true;
-        // Roles change at once (promotions first of all); only then are the threads of tasks
-        // no longer here joined, so a slow release never delays a takeover.
+        // Roles change at once, promotions first of all. The threads of tasks no longer here
+        // are asked to stop and left to end on their own, never joined here: a copy still
+        // restoring can take a second to stop, and neither this document's answer nor a
+        // takeover may wait for it.
+        state.reap_closed();
         for (&task, &role) in &roles {
             match state.slots.get(&task) {
                 Some(slot) => slot.set_role(role, document.generation),
-                None => {
-                    let slot = TaskSlot::start(&self.context, task, role, document.generation);
-                    state.slots.insert(task, slot);
-                }
+                None => state.start_slot(&self.context, task, role, document.generation),
             }
         }
         let dropped: Vec<u32> = state
@@ -238,14 +272,10 @@ impl Assignments {
             .filter(|task| !roles.contains_key(task))
             .copied()
             .collect();
-        for task in &dropped {
-            if let Some(slot) = state.slots.get(task) {
-                slot.set_role(Role::Dropped, document.generation);
-            }
-        }
         for task in dropped {
             if let Some(slot) = state.slots.remove(&task) {
-                slot.join();
+                slot.set_role(Role::Dropped, document.generation);
+                state.closing.insert(task, slot);
             }
         }
         if changed {
@@ -255,6 +285,7 @@ impl Assignments {
                 .assignment_generation
                 .set(gauge(document.generation));
         }
+        self.generation.store(document.generation, Ordering::SeqCst);
         state.document = Some(document);
         Ok(roles)
     }
@@ -313,10 +344,9 @@ impl Assignments {
             return Ok(None);
         }
         for (&task, &role) in &roles {
-            state
-                .slots
-                .entry(task)
-                .or_insert_with(|| TaskSlot::start(&self.context, task, role, record.generation));
+            if !state.slots.contains_key(&task) {
+                state.start_slot(&self.context, task, role, record.generation);
+            }
         }
         self.context.metrics.assignment_resumes.inc();
         tracing::warn!(generation = record.generation, roles = ?roles, held_back = ?held_back, after_seconds = RESUME_AFTER.as_secs(), "no operator sent an assignment: running the one recorded before this start (tasks committed under a newer generation run as standbys)");
@@ -327,8 +357,14 @@ impl Assignments {
 
     /// Waits for every task thread to end (after the worker's shutdown flag is set).
     pub fn join_all(&self) {
-        let slots = std::mem::take(&mut self.lock().slots);
-        for slot in slots.into_values() {
+        let (slots, closing) = {
+            let mut state = self.lock();
+            (
+                std::mem::take(&mut state.slots),
+                std::mem::take(&mut state.closing),
+            )
+        };
+        for slot in slots.into_values().chain(closing.into_values()) {
             slot.join();
         }
     }
@@ -369,6 +405,13 @@ fn write_record(path: &Path, document: &AssignmentDocument) -> Result<(), Assign
     file.write_all(&document.to_json()).map_err(failed)?;
     file.sync_all().map_err(failed)?;
     std::fs::rename(&temporary, path).map_err(failed)?;
+    // The rename is durable only once the directory is: without this, a power loss after the
+    // answer could bring back the older record, and a late older document would be acted on.
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(failed)?;
+    }
     Ok(())
 }
 

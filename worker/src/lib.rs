@@ -12,6 +12,7 @@ pub mod checkpoint;
 /// Crash and stall points for the failure tests (shared with the operator).
 pub use streamkeeper_contract::failpoint;
 pub mod http;
+pub mod http_server;
 pub mod kafka_client;
 pub mod metrics;
 pub mod processor;

@@ -220,11 +220,7 @@ fn discover_partitions(context: &WorkerContext) -> Result<Option<u32>, Standalon
 }
 
 fn serve(listener: tokio::net::TcpListener, app: axum::Router) {
-    tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, app).await {
-            tracing::error!(%error, "HTTP server stopped");
-        }
-    });
+    crate::http_server::spawn(listener, app, crate::http_server::Limits::default());
 }
 
 async fn shutdown_signal() {

@@ -93,7 +93,8 @@ impl S3Storage {
         Ok(objects)
     }
 
-    /// The whole object (for manifests: small).
+    /// The whole object (small ones only: a reader of manifests bounds them, see
+    /// `upload::read_manifest`).
     pub async fn get_bytes(&self, key: &str) -> Result<Vec<u8>, CheckpointError> {
         let output = self
             .client

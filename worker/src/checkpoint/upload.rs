@@ -300,7 +300,20 @@ pub async fn read_manifest(
     storage: &S3Storage,
     key: &str,
 ) -> Result<CheckpointManifest, CheckpointError> {
-    let bytes = storage.get_bytes(key).await?;
+    let limit = streamkeeper_contract::manifest::MAX_MANIFEST_BYTES;
+    let mut bytes = Vec::new();
+    storage
+        .get_streamed(key, |chunk| {
+            if bytes.len() + chunk.len() > limit {
+                return Err(CheckpointError::BadManifest {
+                    key: key.into(),
+                    reason: format!("larger than {limit} bytes: not a manifest"),
+                });
+            }
+            bytes.extend_from_slice(chunk);
+            Ok(())
+        })
+        .await?;
     CheckpointManifest::from_json(&bytes).map_err(|e| CheckpointError::BadManifest {
         key: key.into(),
         reason: e.to_string(),

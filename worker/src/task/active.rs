@@ -10,7 +10,7 @@ use super::input_position::{self, InputFacts, InputStart};
 use super::partition_of;
 use super::promotion::{PromotionClock, Step};
 use super::record_size;
-use super::{TaskError, WorkerContext};
+use super::{TaskError, WorkerContext, stop};
 use crate::checkpoint::TaskCheckpoints;
 use crate::failpoint;
 use crate::kafka_client;
@@ -77,7 +77,10 @@ impl<'a> ActiveLoop<'a> {
         let config = &context.config;
         let partition = partition_of(task)?;
         let transactional_id = config.job.transactional_id(task);
-        let producer = super::claim::claim(&config.kafka, &transactional_id, KAFKA_TIMEOUT)?;
+        let producer =
+            super::claim::claim(&config.kafka, &transactional_id, KAFKA_TIMEOUT, || {
+                context.shutting_down()
+            })?;
         let mut input_config =
             kafka_client::consumer_config(&config.kafka, &config.job.group_id())?;
         // An offset retention has deleted is an error here, not a silent jump to the earliest
@@ -120,10 +123,12 @@ impl<'a> ActiveLoop<'a> {
     pub fn resume_input(&mut self, store: &mut RocksStore) -> Result<(), TaskError> {
         let topic = self.context.config.kafka.input_topic.as_str();
         let committed = self.committed_input_offset()?;
-        let (log_start, log_end) = self
-            .input
-            .fetch_watermarks(topic, self.partition, KAFKA_TIMEOUT)
-            .map_err(|e| TaskError::kafka("reading input watermarks", e))?;
+        let (log_start, log_end) = stop::kafka_call(
+            self.context,
+            KAFKA_TIMEOUT,
+            "reading input watermarks",
+            |t| self.input.fetch_watermarks(topic, self.partition, t),
+        )?;
         let state_position = store.metadata().map_or(0, |m| m.next_input_offset);
         let facts = InputFacts {
             state_position,
@@ -502,10 +507,12 @@ impl<'a> ActiveLoop<'a> {
         let topic = self.context.config.kafka.input_topic.as_str();
         let mut wanted = TopicPartitionList::new();
         wanted.add_partition(topic, self.partition);
-        let committed = self
-            .input
-            .committed_offsets(wanted, KAFKA_TIMEOUT)
-            .map_err(|e| TaskError::kafka("reading committed input offsets", e))?;
+        let committed = stop::kafka_call(
+            self.context,
+            KAFKA_TIMEOUT,
+            "reading committed input offsets",
+            |t| self.input.committed_offsets(wanted.clone(), t),
+        )?;
         Ok(committed
             .find_partition(topic, self.partition)
             .and_then(|p| p.offset().to_raw())
@@ -515,10 +522,12 @@ impl<'a> ActiveLoop<'a> {
     /// The first offset of this task's input partition the broker still holds.
     pub fn input_log_start(&self) -> Result<i64, TaskError> {
         let topic = self.context.config.kafka.input_topic.as_str();
-        let (low, _) = self
-            .input
-            .fetch_watermarks(topic, self.partition, KAFKA_TIMEOUT)
-            .map_err(|e| TaskError::kafka("reading input watermarks", e))?;
+        let (low, _) = stop::kafka_call(
+            self.context,
+            KAFKA_TIMEOUT,
+            "reading input watermarks",
+            |t| self.input.fetch_watermarks(topic, self.partition, t),
+        )?;
         Ok(low)
     }
 

@@ -28,6 +28,7 @@ pub(super) fn claim(
     kafka: &KafkaConfig,
     transactional_id: &str,
     timeout: Duration,
+    stopped: impl Fn() -> bool,
 ) -> Result<FutureProducer, TaskError> {
     let deadline = Instant::now() + timeout;
     let producer: FutureProducer =
@@ -36,6 +37,9 @@ pub(super) fn claim(
             .map_err(|e| TaskError::kafka("creating the producer", e))?;
     let mut asked = 0u32;
     loop {
+        if stopped() {
+            return Err(TaskError::Stopped(format!("claiming {transactional_id}")));
+        }
         asked += 1;
         let left = deadline.saturating_duration_since(Instant::now());
         match producer.init_transactions(SLICE.min(left)) {

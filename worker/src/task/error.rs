@@ -40,6 +40,10 @@ pub enum TaskError {
     /// The state was built by another processor config (see `identity`).
     #[error("processor mismatch: {0}")]
     ProcessorMismatch(String),
+    /// The role was asked to stop (its assignment changed, or the worker shuts down) during a
+    /// long phase, which ended early; the state is as a crash there would leave it.
+    #[error("stopped while {0}: the task's role changed or the worker shuts down")]
+    Stopped(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -65,7 +69,7 @@ impl TaskError {
     /// Stable label for metrics and events.
     /// Every [`TaskError::category`], so the metrics can start each at 0 (a new variant's
     /// category missing here only appears at its first error, as any label did before).
-    pub const CATEGORIES: [&'static str; 12] = [
+    pub const CATEGORIES: [&'static str; 13] = [
         "kafka",
         "fenced",
         "transaction_timeout",
@@ -77,6 +81,7 @@ impl TaskError {
         "changelog_lost",
         "input_position",
         "processor_mismatch",
+        "stopped",
         "internal",
     ];
 
@@ -93,6 +98,7 @@ impl TaskError {
             TaskError::ChangelogLost(_) => "changelog_lost",
             TaskError::InputPosition(_) => "input_position",
             TaskError::ProcessorMismatch(_) => "processor_mismatch",
+            TaskError::Stopped(_) => "stopped",
             TaskError::Internal(_) => "internal",
         }
     }

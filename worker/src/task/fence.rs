@@ -78,9 +78,12 @@ fn others_committed(
         .map_err(|e| TaskError::kafka("creating the changelog consumer", e))?;
     let topic = config.kafka.changelog_topic.as_str();
     let partition = partition_of(task)?;
-    let (low, high) = consumer
-        .fetch_watermarks(topic, partition, Duration::from_secs(10))
-        .map_err(|e| TaskError::kafka("reading changelog watermarks", e))?;
+    let (low, high) = super::stop::kafka_call(
+        context,
+        Duration::from_secs(10),
+        "reading changelog watermarks",
+        |t| consumer.fetch_watermarks(topic, partition, t),
+    )?;
     let from = store.metadata().map_or(0, |m| m.next_changelog_offset);
     let probe = ChangelogProbe::new(&consumer, topic, partition, (low, high));
     Ok(!probe.only_control_records_from(from)?)

@@ -19,6 +19,7 @@ mod record_size;
 mod restore;
 mod slot;
 mod standby;
+mod stop;
 
 pub use commit_mark::last_commit_generations;
 pub use error::TaskError;
@@ -120,6 +121,10 @@ fn run_active(
                 tracing::error!(task, %error, "task stopped: its state does not fit this job");
                 phase.enter(TaskPhase::Failed, Some(error.to_string()));
                 return RoleEnd::Failed;
+            }
+            Err(TaskError::Stopped(during)) => {
+                tracing::info!(task, %during, "active role stopped before it ran");
+                break;
             }
             Err(TaskError::Fenced(reason)) => {
                 if let Some(service) = &context.checkpoints {

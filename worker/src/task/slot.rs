@@ -12,7 +12,7 @@
 //!   only a newer assignment may make it active again, so two owners never fence each other in
 //!   turn.
 
-use super::{RoleEnd, WorkerContext, run_active, standby};
+use super::{RoleEnd, TaskError, WorkerContext, run_active, standby};
 use crate::status::{PhaseTracker, TaskPhase, TaskReport, TaskRole};
 use crate::store::{OpenOutcome, RocksStore};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,8 +60,46 @@ struct RoleCell {
 }
 
 impl RoleCell {
+    fn new(role: Role, generation: u64) -> Self {
+        Self {
+            wanted: Mutex::new(Wanted {
+                role,
+                generation,
+                since: Instant::now(),
+                fenced_in: None,
+            }),
+            changed: Condvar::new(),
+            stop: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Wanted> {
         self.wanted.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sets the wanted role; asks the running role to stop when the role to run changes.
+    fn want(&self, role: Role, generation: u64) {
+        let mut wanted = self.lock();
+        let before = wanted.effective();
+        if role != wanted.role {
+            wanted.since = Instant::now();
+        }
+        wanted.role = role;
+        wanted.generation = generation;
+        if wanted.effective() != before {
+            self.stop.store(true, Ordering::SeqCst);
+        }
+        self.changed.notify_all();
+    }
+
+    /// The active role ended in a fence. Recorded under the generation in force now, not the
+    /// one the role started under: a newer document that kept the role active changed only
+    /// this cell, and a fence recorded under the older one would let that newer one claim the
+    /// task straight back (two owners fencing each other in turn while this pod receives no
+    /// documents).
+    fn fenced(&self) {
+        let mut wanted = self.lock();
+        wanted.fenced_in = Some(wanted.generation);
     }
 }
 
@@ -73,25 +111,28 @@ pub struct TaskSlot {
 }
 
 impl TaskSlot {
-    /// Starts task `task`'s thread in `role`.
-    pub fn start(context: &WorkerContext, task: u32, role: Role, generation: u64) -> Self {
-        start_metrics(context, task);
-        let cell = Arc::new(RoleCell {
-            wanted: Mutex::new(Wanted {
-                role,
-                generation,
-                since: Instant::now(),
-                fenced_in: None,
-            }),
-            changed: Condvar::new(),
-            stop: Arc::new(AtomicBool::new(false)),
-        });
+    /// Starts task `task`'s thread in `role`. `previous`: the task's earlier thread on this
+    /// worker, still ending; the new one waits for it first (it holds the task's store open).
+    pub fn start(
+        context: &WorkerContext,
+        task: u32,
+        role: Role,
+        generation: u64,
+        previous: Option<TaskSlot>,
+    ) -> Self {
+        let cell = Arc::new(RoleCell::new(role, generation));
         let mut context = context.clone();
         context.task_stop = Arc::clone(&cell.stop);
         let thread_cell = Arc::clone(&cell);
         let thread = std::thread::Builder::new()
             .name(format!("task-{task}"))
-            .spawn(move || run_slot(context, task, &thread_cell));
+            .spawn(move || {
+                if let Some(previous) = previous {
+                    previous.join();
+                }
+                start_metrics(&context, task);
+                run_slot(context, task, &thread_cell);
+            });
         match thread {
             Ok(handle) => Self {
                 cell,
@@ -107,21 +148,16 @@ impl TaskSlot {
     /// Asks the task to take `role` under assignment `generation` (nothing changes for the
     /// running role when it already is that role).
     pub fn set_role(&self, role: Role, generation: u64) {
-        let mut wanted = self.cell.lock();
-        let before = wanted.effective();
-        if role != wanted.role {
-            wanted.since = Instant::now();
-        }
-        wanted.role = role;
-        wanted.generation = generation;
-        if wanted.effective() != before {
-            self.cell.stop.store(true, Ordering::SeqCst);
-        }
-        self.cell.changed.notify_all();
+        self.cell.want(role, generation);
     }
 
     pub fn role(&self) -> Role {
         self.cell.lock().role
+    }
+
+    /// Whether the thread has ended (joining it then returns at once).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
     }
 
     /// Waits for the thread to end (after shutdown or [`Role::Dropped`]).
@@ -180,7 +216,11 @@ fn run_slot(mut context: WorkerContext, task: u32, cell: &RoleCell) {
             service.release(task);
         }
         match ended {
-            RoleEnd::Fenced => cell.lock().fenced_in = Some(wanted.generation),
+            // The generation in force now, not the one this role started under: a newer
+            // document that kept the role active changed only the cell, and a fence recorded
+            // under the older one would let that newer one claim the task straight back (two
+            // owners fencing each other in turn while this pod receives no documents).
+            RoleEnd::Fenced => cell.fenced(),
             RoleEnd::Released if role == Role::Active && !shutting_down => {
                 context.metrics.handoffs.get_or_create(&label(task)).inc();
                 tracing::info!(task, "active task committed and released");
@@ -210,6 +250,10 @@ fn run_standby(
             .and_then(|(store, outcome)| standby::run(context, task, store, outcome, phase));
         match result {
             Ok(()) => return RoleEnd::Released,
+            Err(TaskError::Stopped(during)) => {
+                tracing::info!(task, %during, "standby stopped before it was warm");
+                return RoleEnd::Released;
+            }
             Err(error) => {
                 context.metrics.task_error(task, error.category());
                 tracing::warn!(task, %error, retry_in_ms = backoff.as_millis() as u64, "standby failed; retrying from its applied state");
@@ -255,12 +299,14 @@ fn close(task: u32, store: Option<&RocksStore>, phase: &mut PhaseTracker) {
     );
 }
 
-/// The store's open outcome as the next role sees it: an open store reports its metadata.
+/// The store's open outcome as the next role sees it: an open store reports its metadata, and
+/// a restore the last role left unfinished (it was stopped mid-replay) is still one to finish.
 pub(super) fn outcome_of(store: &RocksStore) -> OpenOutcome {
-    store
-        .metadata()
-        .map(OpenOutcome::Valid)
-        .unwrap_or(OpenOutcome::Empty)
+    match store.metadata() {
+        Some(meta) if meta.restoring => OpenOutcome::Interrupted(meta),
+        Some(meta) => OpenOutcome::Valid(meta),
+        None => OpenOutcome::Empty,
+    }
 }
 
 /// Starts the task's counters at 0, with every reason they can be counted for.
@@ -277,4 +323,36 @@ fn start_metrics(context: &WorkerContext, task: u32) {
             repairs: &repairs,
         },
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fence_holds_until_a_generation_newer_than_the_one_in_force() {
+        let cell = RoleCell::new(Role::Active, 5);
+        // The role started under 5; a document of 6 keeps it active while it runs.
+        let started_under = *cell.lock();
+        cell.want(Role::Active, 6);
+        assert!(
+            !cell.stop.load(Ordering::SeqCst),
+            "the same role goes on running"
+        );
+        cell.fenced();
+        assert_eq!(started_under.generation, 5);
+        assert_eq!(
+            cell.lock().effective(),
+            Role::Standby,
+            "fenced under 6: generation 6 does not claim again"
+        );
+        cell.want(Role::Active, 6);
+        assert_eq!(cell.lock().effective(), Role::Standby);
+        cell.want(Role::Active, 7);
+        assert_eq!(
+            cell.lock().effective(),
+            Role::Active,
+            "a newer document may"
+        );
+    }
 }

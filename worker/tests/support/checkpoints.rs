@@ -249,11 +249,14 @@ pub fn changelog_entries_from(job: &Job, task: u32, from: i64) -> Vec<(Vec<u8>, 
 }
 
 /// A TCP proxy on loopback in front of `upstream`. `close()` refuses new connections and
-/// cuts open ones (as if S3 went away); `open()` lets traffic through again.
+/// cuts open ones (as if S3 went away); `open()` lets traffic through again; `throttle()` slows
+/// every byte through it to a rate (a slow link: a download that takes its time).
 pub struct Proxy {
     pub address: String,
     up: Arc<AtomicBool>,
     open_streams: Arc<Mutex<Vec<TcpStream>>>,
+    /// Bytes per second through each direction of each connection; 0: unlimited.
+    rate: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Proxy {
@@ -262,10 +265,12 @@ impl Proxy {
         let address = listener.local_addr().unwrap().to_string();
         let up = Arc::new(AtomicBool::new(true));
         let open_streams: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let rate: Arc<std::sync::atomic::AtomicU64> = Arc::default();
         let upstream = upstream.to_string();
         {
             let up = Arc::clone(&up);
             let open_streams = Arc::clone(&open_streams);
+            let rate = Arc::clone(&rate);
             std::thread::spawn(move || {
                 for client in listener.incoming() {
                     let Ok(client) = client else { continue };
@@ -288,8 +293,12 @@ impl Proxy {
                         streams.push(client.try_clone().unwrap());
                         streams.push(server.try_clone().unwrap());
                     }
-                    pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
-                    pipe(server, client);
+                    pipe(
+                        client.try_clone().unwrap(),
+                        server.try_clone().unwrap(),
+                        &rate,
+                    );
+                    pipe(server, client, &rate);
                 }
             });
         }
@@ -297,7 +306,13 @@ impl Proxy {
             address,
             up,
             open_streams,
+            rate,
         }
+    }
+
+    /// Limits every connection's each direction to `bytes_per_second` (0: no limit).
+    pub fn throttle(&self, bytes_per_second: u64) {
+        self.rate.store(bytes_per_second, Ordering::SeqCst);
     }
 
     pub fn endpoint(&self) -> String {
@@ -317,9 +332,24 @@ impl Proxy {
     }
 }
 
-fn pipe(mut from: TcpStream, mut to: TcpStream) {
+fn pipe(mut from: TcpStream, mut to: TcpStream, rate: &Arc<std::sync::atomic::AtomicU64>) {
+    use std::io::{Read, Write};
+    let rate = Arc::clone(rate);
     std::thread::spawn(move || {
-        let _ = std::io::copy(&mut from, &mut to);
+        let mut buffer = [0u8; 4096];
+        loop {
+            let read = match from.read(&mut buffer) {
+                Ok(0) | Err(_) => break,
+                Ok(read) => read,
+            };
+            if to.write_all(&buffer[..read]).is_err() {
+                break;
+            }
+            let limit = rate.load(Ordering::SeqCst);
+            if limit > 0 {
+                std::thread::sleep(Duration::from_secs_f64(read as f64 / limit as f64));
+            }
+        }
         let _ = to.shutdown(std::net::Shutdown::Write);
     });
 }

@@ -12,14 +12,13 @@ use super::facts::ChangelogProbe;
 use super::install::install_first_usable;
 use super::plan::{self, ApplyRequest, InputRebuild, RewriteIncarnation};
 use super::progress::Progress;
-use crate::checkpoint::download::list_manifests;
 use crate::checkpoint::{CheckpointError, CheckpointService};
 use crate::processor::keys;
 use crate::status::{RestorePhase, RestoreSource};
 use crate::store::metadata::is_reserved_key;
 use crate::store::{ChangeSet, RocksStore, StateStore};
 use crate::task::active::ActiveLoop;
-use crate::task::{TaskError, WorkerContext, partition_of};
+use crate::task::{TaskError, WorkerContext, partition_of, stop};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
@@ -66,9 +65,7 @@ impl<'a> Rebuilder<'a, '_> {
         };
         let mut progress = Progress::new(context, task);
         progress.report(RestorePhase::Discovery);
-        let manifests = service
-            .runtime()
-            .block_on(list_manifests(service.storage(), &service.prefix(task)))?;
+        let manifests = super::list_checkpoints(context, service, task)??;
         let candidates = plan::input_candidates(manifests, task, choice);
         let installed =
             install_first_usable(context, task, store, candidates, choice, &mut progress)?;
@@ -133,9 +130,10 @@ impl<'a> Rebuilder<'a, '_> {
         // Reads stop at the changelog's end before the rewrite: what follows is the rewrite.
         let topic = context.config.kafka.changelog_topic.as_str();
         let partition = partition_of(task)?;
-        let (low, high) = consumer
-            .fetch_watermarks(topic, partition, TIMEOUT)
-            .map_err(|e| TaskError::kafka("reading changelog watermarks", e))?;
+        let (low, high) =
+            stop::kafka_call(context, TIMEOUT, "reading changelog watermarks", |t| {
+                consumer.fetch_watermarks(topic, partition, t)
+            })?;
         let state_keys = store
             .int_property("rocksdb.estimate-num-keys")?
             .unwrap_or(0);

@@ -8,11 +8,10 @@ use crate::checkpoint::download::download;
 use crate::checkpoint::{CheckpointError, CheckpointService};
 use crate::metrics::TaskLabel;
 use crate::store::{OpenOutcome, RocksStore, TaskMetadata};
-use crate::task::{TaskError, WorkerContext};
+use crate::task::{TaskError, WorkerContext, stop};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 use streamkeeper_contract::CheckpointManifest;
 use streamkeeper_contract::checkpoint_choice::Choice;
 
@@ -46,7 +45,7 @@ pub(super) fn install_first_usable(
             bytes = manifest.total_bytes(),
             "restore: downloading checkpoint"
         );
-        let downloaded = download_reporting(service, &manifest, &download_dir, progress)?;
+        let downloaded = download_reporting(context, service, &manifest, &download_dir, progress)?;
         let installed = downloaded.and_then(|()| install(store, &download_dir, &manifest));
         match installed {
             Ok(meta) => {
@@ -81,29 +80,27 @@ pub(super) fn install_first_usable(
 }
 
 /// Downloads `manifest`'s files into `dir`, publishing the bytes received as they arrive. The
-/// outer error is the download task's own failure; the inner one what the download found.
+/// outer error is the download task's own failure or a stop (the partial directory is removed
+/// by the next attempt, before anything is installed); the inner one what the download found.
 fn download_reporting(
+    context: &WorkerContext,
     service: &CheckpointService,
     manifest: &CheckpointManifest,
     dir: &Path,
     progress: &mut Progress<'_>,
 ) -> Result<Result<(), CheckpointError>, TaskError> {
-    let runtime = service.runtime().clone();
     let bytes_done = Arc::new(AtomicU64::new(0));
     let job = {
         let storage = service.storage().clone();
         let manifest = manifest.clone();
         let dir = dir.to_path_buf();
         let bytes_done = Arc::clone(&bytes_done);
-        runtime.spawn(async move { download(&storage, &manifest, &dir, bytes_done).await })
+        async move { download(&storage, &manifest, &dir, bytes_done).await }
     };
-    while !job.is_finished() {
-        std::thread::sleep(Duration::from_millis(250));
+    let during = format!("downloading checkpoint {}", manifest.sequence);
+    let downloaded = stop::on_runtime(context, service.runtime(), &during, job, || {
         progress.download_progress(bytes_done.load(Ordering::Relaxed));
-    }
-    let downloaded = runtime
-        .block_on(job)
-        .map_err(|e| CheckpointError::Internal(format!("download task: {e}")))?;
+    })?;
     progress.download_progress(bytes_done.load(Ordering::Relaxed));
     Ok(downloaded)
 }

@@ -37,7 +37,7 @@ use self::plan::{
 use self::progress::Progress;
 use self::replay::{ReplayRange, replay};
 use super::active::ActiveLoop;
-use super::{TaskError, WorkerContext, partition_of};
+use super::{TaskError, WorkerContext, partition_of, stop};
 use crate::checkpoint::CheckpointError;
 use crate::checkpoint::download::list_manifests;
 use crate::processor::keys;
@@ -167,9 +167,9 @@ fn restore_from_changelog(
     let partition = partition_of(task)?;
     let mut progress = Progress::new(context, task);
     progress.report(RestorePhase::Discovery);
-    let (low, high) = consumer
-        .fetch_watermarks(topic, partition, TIMEOUT)
-        .map_err(|e| TaskError::kafka("reading changelog watermarks", e))?;
+    let (low, high) = stop::kafka_call(context, TIMEOUT, "reading changelog watermarks", |t| {
+        consumer.fetch_watermarks(topic, partition, t)
+    })?;
     let mut gatherer = Gatherer {
         context,
         probe: ChangelogProbe::new(consumer, topic, partition, (low, high)),
@@ -228,7 +228,7 @@ fn restore_from_changelog(
         start,
         high,
     };
-    replay(store, consumer, &range, &mut progress)
+    replay(context, store, consumer, &range, &mut progress)
 }
 
 /// The plan's view of the state on the volume.
@@ -266,26 +266,43 @@ impl Gatherer<'_> {
                 facts.quiet.insert(offset, quiet);
             }
             Need::DeleteRetention => facts.delete_retention_ms = Some(self.retention.get()?),
-            Need::Manifests => facts.manifests = Some(self.manifests(facts.task)),
+            Need::Manifests => facts.manifests = Some(self.manifests(facts.task)?),
         }
         Ok(())
     }
 
-    fn manifests(&mut self, task: u32) -> Manifests {
+    fn manifests(&mut self, task: u32) -> Result<Manifests, TaskError> {
         let Some(service) = self.context.checkpoints.as_ref() else {
-            return Manifests::Off;
+            return Ok(Manifests::Off);
         };
-        let listed = service
-            .runtime()
-            .block_on(list_manifests(service.storage(), &service.prefix(task)));
-        match listed {
+        let listed = list_checkpoints(self.context, service, task)?;
+        Ok(match listed {
             Ok(manifests) => Manifests::Listed(manifests),
             Err(error) => {
                 self.listing_error = Some(error);
                 Manifests::Unlisted
             }
-        }
+        })
     }
+}
+
+/// The task's checkpoint manifests, listed on the checkpoint service's runtime. The outer error
+/// is a stop, the inner one what the listing found.
+pub(super) fn list_checkpoints(
+    context: &WorkerContext,
+    service: &crate::checkpoint::CheckpointService,
+    task: u32,
+) -> Result<Result<Vec<streamkeeper_contract::CheckpointManifest>, CheckpointError>, TaskError> {
+    let storage = service.storage().clone();
+    let prefix = service.prefix(task);
+    let listing = async move { list_manifests(&storage, &prefix).await };
+    stop::on_runtime(
+        context,
+        service.runtime(),
+        "listing checkpoints",
+        listing,
+        || {},
+    )
 }
 
 /// Carries a discovery decision out up to the replay: installs a checkpoint, or wipes.

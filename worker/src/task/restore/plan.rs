@@ -330,10 +330,17 @@ fn checkpoints(facts: &Facts, incarnation: &Option<String>) -> Result<Decision, 
     Ok(listed(Listed::Usable(candidates)))
 }
 
+/// The clock skew a delta replay allows for: the newest record's timestamp is its writer's
+/// clock (another pod's), the age is taken on this pod's clock, and the broker's clock decides
+/// when a tombstone goes. Clocks synchronised by NTP differ by milliseconds; a minute covers a
+/// badly kept one. A smaller `delete.retention.ms` (tests use 100 ms) allows a quarter of it.
+pub const CLOCK_SKEW_MARGIN_MS: i64 = 60_000;
+
 /// Whether replaying only the changelog records after a state is exact. It is unless
 /// tombstones written after it may already be compacted away: a tombstone is kept at least
 /// `delete.retention.ms` after it is written, so state whose newest record is younger than
-/// that sees every later tombstone. With nothing after the state there is nothing to miss.
+/// that, less the clock skew margin ([`CLOCK_SKEW_MARGIN_MS`]), sees every later tombstone.
+/// With nothing after the state there is nothing to miss.
 pub fn delta_is_exact(
     records_after: bool,
     newest_record_ms: Option<i64>,
@@ -343,7 +350,10 @@ pub fn delta_is_exact(
     if !records_after {
         return true;
     }
-    newest_record_ms.is_some_and(|newest| now_ms.saturating_sub(newest) < delete_retention_ms)
+    let margin = CLOCK_SKEW_MARGIN_MS.min(delete_retention_ms / 4);
+    newest_record_ms.is_some_and(|newest| {
+        now_ms.saturating_sub(newest).saturating_add(margin) < delete_retention_ms
+    })
 }
 
 /// How the usual restore ended, as [`plan_request`] needs it.

@@ -10,8 +10,8 @@ use super::progress::Progress;
 use crate::failpoint;
 use crate::status::RestorePhase;
 use crate::store::{ChangeSet, RocksStore, StateStore, TaskMetadata};
-use crate::task::TaskError;
 use crate::task::input_position::position_in_record;
+use crate::task::{TaskError, WorkerContext};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::BorrowedMessage;
@@ -33,6 +33,7 @@ pub(super) struct ReplayRange<'a> {
 
 /// Replays `range` into `store`; returns the records replayed. Logs "restore finished".
 pub(super) fn replay(
+    context: &WorkerContext,
     store: &mut RocksStore,
     consumer: &BaseConsumer,
     range: &ReplayRange<'_>,
@@ -68,7 +69,7 @@ pub(super) fn replay(
         .metadata()
         .unwrap_or_else(|| TaskMetadata::initial(task));
     meta.next_changelog_offset = meta.next_changelog_offset.max(start);
-    let bytes = read_to_end(store, consumer, &mut meta, high, progress)?;
+    let bytes = read_to_end(context, store, consumer, &mut meta, high, progress)?;
     if store.metadata().is_some_and(|m| m.restoring) {
         store.finish_restore()?;
     }
@@ -105,7 +106,10 @@ pub(in crate::task) fn take_record(
     (key.len() + message.payload().map_or(0, <[u8]>::len)) as u64
 }
 
+/// A stop ends it after writing what was read: the state is a consistent prefix, still marked
+/// restoring, which the next role resumes (`OpenOutcome::Interrupted`).
 fn read_to_end(
+    context: &WorkerContext,
     store: &mut RocksStore,
     consumer: &BaseConsumer,
     meta: &mut TaskMetadata,
@@ -115,6 +119,12 @@ fn read_to_end(
     let mut batch = ChangeSet::new();
     let mut bytes = 0u64;
     loop {
+        if context.shutting_down() {
+            if !batch.is_empty() {
+                store.restore_batch(&batch, meta)?;
+            }
+            return Err(TaskError::Stopped("replaying the changelog".into()));
+        }
         let at_end = match consumer.poll(Duration::from_millis(200)) {
             None => false,
             Some(Err(KafkaError::PartitionEOF(_))) => true,
