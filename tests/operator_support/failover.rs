@@ -248,33 +248,6 @@ impl System {
         ));
     }
 
-    /// The log of the operator started last.
-    pub fn operator_log(&self) -> String {
-        let log = self
-            .dir
-            .path()
-            .join(format!("{}.log", self.operator_identity()));
-        std::fs::read_to_string(log).unwrap_or_default()
-    }
-
-    /// The text of the operator's `/metrics`, at the address it logged; `None` until it serves.
-    pub async fn operator_metrics(&self) -> Option<String> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let address = self
-            .operator_log()
-            .lines()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .find(|line| line["message"] == "serving /metrics and /healthz")
-            .and_then(|line| line["address"].as_str().map(str::to_string))?;
-        let mut stream = tokio::net::TcpStream::connect(&address).await.ok()?;
-        let request =
-            format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).await.ok()?;
-        Some(answer)
-    }
-
     /// How the operator started last ended, if it has.
     pub fn operator_exit(&mut self) -> Option<std::process::ExitStatus> {
         self.operator.as_mut()?.child.try_wait().unwrap()

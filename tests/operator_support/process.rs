@@ -131,3 +131,59 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// What a test reads of the operator process a [`System`](super::failover::System) runs: its
+/// log and its `/metrics`.
+
+impl super::failover::System {
+    /// The log of the operator started last.
+    pub fn operator_log(&self) -> String {
+        let log = self
+            .dir
+            .path()
+            .join(format!("{}.log", self.operator_identity()));
+        std::fs::read_to_string(log).unwrap_or_default()
+    }
+
+    /// The text of the operator's `/metrics`, at the address it logged; `None` until it serves.
+    pub async fn operator_metrics(&self) -> Option<String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // The operator logs as text here, in colour: `... serving /metrics and /healthz
+        // address=HOST:PORT` with escape sequences around the field's name.
+        let line = self
+            .operator_log()
+            .lines()
+            .find(|line| line.contains("serving /metrics and /healthz"))?
+            .to_string();
+        let plain = strip_ansi(&line);
+        let address = plain
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix("address="))?
+            .to_string();
+        let mut stream = tokio::net::TcpStream::connect(&address).await.ok()?;
+        let request =
+            format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.ok()?;
+        Some(answer)
+    }
+}
+
+/// `text` without its terminal colour sequences (`ESC [ ... m`).
+fn strip_ansi(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for inner in chars.by_ref() {
+                if inner == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}

@@ -8,7 +8,7 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use streamkeeper_contract::task_report::TaskPhase;
 use support::checkpoints::{Proxy, checkpoint_now};
@@ -29,17 +29,19 @@ fn timed_get(address: &str, path: &str) -> Option<Duration> {
         .map(|_| asked.elapsed())
 }
 
-/// Polls `/healthz` and `/v1/tasks` on `address` every 50 ms until stopped; each poll's time,
-/// `None` for a poll that got no answer.
+/// Polls `/healthz` and `/v1/tasks` on `address` every 50 ms until stopped, counting the polls
+/// in `made`; each poll's time, `None` for a poll that got no answer.
 fn poll_health(
     address: String,
     stop: Arc<AtomicBool>,
+    made: Arc<AtomicUsize>,
 ) -> std::thread::JoinHandle<Vec<Option<Duration>>> {
     std::thread::spawn(move || {
         let mut polls = Vec::new();
         while !stop.load(Ordering::SeqCst) {
             polls.push(timed_get(&address, "/healthz"));
             polls.push(timed_get(&address, "/v1/tasks"));
+            made.fetch_add(2, Ordering::SeqCst);
             std::thread::sleep(Duration::from_millis(50));
         }
         polls
@@ -98,10 +100,28 @@ async fn a_copy_dropped_mid_download_stops_at_once_and_the_pod_keeps_answering()
         || format!("{:?}", b.report(0)),
     );
     let stop_polling = Arc::new(AtomicBool::new(false));
-    let polls = poll_health(b.address.clone(), Arc::clone(&stop_polling));
+    let made = Arc::new(AtomicUsize::new(0));
+    let polls = poll_health(
+        b.address.clone(),
+        Arc::clone(&stop_polling),
+        Arc::clone(&made),
+    );
+    // A couple of seconds of polls while the copy downloads, and as many after the drop.
+    wait_for(
+        "40 polls during the download",
+        Duration::from_secs(60),
+        || made.load(Ordering::SeqCst) >= 40,
+    );
     let commits_before = b.report(1).map_or(0, |r| r.committed_transactions);
 
     // The copy is dropped mid-download.
+    let downloading = b.report(0).and_then(|r| r.restore?.download);
+    assert!(
+        downloading
+            .as_ref()
+            .is_some_and(|d| d.bytes_done < d.bytes_total),
+        "still downloading when dropped: {downloading:?}"
+    );
     let sent = Instant::now();
     let (status, body) = b.assign(&document(3, &[("drop-0", &[]), ("drop-1", &[])]));
     let answered = sent.elapsed();
@@ -135,6 +155,10 @@ async fn a_copy_dropped_mid_download_stops_at_once_and_the_pod_keeps_answering()
                 .is_some_and(|r| r.committed_transactions > commits_before)
         },
     );
+    let after_drop = made.load(Ordering::SeqCst) + 40;
+    wait_for("40 polls after the drop", Duration::from_secs(60), || {
+        made.load(Ordering::SeqCst) >= after_drop
+    });
     stop_polling.store(true, Ordering::SeqCst);
     let polls = polls.join().unwrap();
     let mut answered: Vec<Duration> = polls.iter().flatten().copied().collect();
