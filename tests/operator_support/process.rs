@@ -132,9 +132,7 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// What a test reads of the operator process a [`System`](super::failover::System) runs: its
-/// log and its `/metrics`.
-
+// What a test reads of the operator process a `System` runs: its log and its `/metrics`.
 impl super::failover::System {
     /// The log of the operator started last.
     pub fn operator_log(&self) -> String {
