@@ -237,12 +237,7 @@ fn producer_epoch(transactional_id: &str) -> i64 {
 /// How often task `task` entered the Fenced phase on the worker at `ip` since it started there
 /// (`streamkeeper_task_phase_transitions_total`); `None` while the worker does not answer.
 async fn fenced_count(ip: &str, task: u32) -> Option<f64> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect((ip, 8080)).await.ok()?;
-    let request = format!("GET /metrics HTTP/1.1\r\nHost: {ip}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.ok()?;
+    let answer = operator_support::http_get(&format!("{ip}:8080"), "/metrics").await?;
     let series =
         format!("streamkeeper_task_phase_transitions_total{{task=\"{task}\",phase=\"Fenced\"}}");
     answer
@@ -269,13 +264,7 @@ async fn an_owner_cut_off_from_the_operator_is_fenced_once_and_stays_fenced() {
     let before = system.settled(1).await;
     let victim = before.tasks[0].active.clone().unwrap();
     let moved: Vec<u32> = before.active_tasks_of(&victim).collect();
-    let address = system
-        .pods()
-        .await
-        .into_iter()
-        .find(|p| p.metadata.name.as_deref() == Some(victim.as_str()))
-        .and_then(|p| p.status?.pod_ip)
-        .unwrap();
+    let address = system.pod_ip(&victim).await.unwrap();
 
     let ids: Vec<String> = moved
         .iter()
@@ -309,13 +298,7 @@ async fn an_owner_cut_off_from_the_operator_is_fenced_once_and_stays_fenced() {
     // recorded under an older generation than the one in force let it claim back once, fencing
     // the new owner), and their epochs stop rising.
     let new_owner = promoted.tasks[moved[0] as usize].active.clone().unwrap();
-    let new_owner_ip = system
-        .pods()
-        .await
-        .into_iter()
-        .find(|p| p.metadata.name.as_deref() == Some(new_owner.as_str()))
-        .and_then(|p| p.status?.pod_ip)
-        .unwrap();
+    let new_owner_ip = system.pod_ip(&new_owner).await.unwrap();
     let first: Vec<i64> = ids.iter().map(|id| producer_epoch(id)).collect();
     let window = std::time::Instant::now();
     let mut last = first.clone();

@@ -13,21 +13,6 @@ use operator_support::{support, *};
 use std::process::Command;
 use std::time::Duration;
 use streamkeeper::api::StatefulStreamJob;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-async fn http_get(address: &str, path: &str) -> String {
-    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .await
-        .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
-    answer
-}
 
 #[tokio::test]
 async fn two_operators_elect_one_leader_and_the_other_takes_over() {
@@ -97,7 +82,7 @@ async fn two_operators_elect_one_leader_and_the_other_takes_over() {
     let address = operators[leader_index]
         .metrics_address()
         .expect("metrics address logged");
-    let metrics = http_get(&address, "/metrics").await;
+    let metrics = http_get(&address, "/metrics").await.unwrap();
     assert!(
         metrics.contains("streamkeeper_operator_leader 1"),
         "{metrics}"

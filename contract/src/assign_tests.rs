@@ -477,36 +477,26 @@ fn an_active_fenced_under_the_document_in_force_gets_it_again_under_a_newer_gene
 fn the_last_generation_refuses_a_change_instead_of_repeating_itself() {
     let pods = pods(2, 2, 1);
     let last = all_on_job_0_standbys_on_job_1(2, u64::MAX);
-    let unchanged = next_assignment(AssignmentFacts {
-        tasks: 2,
-        pods: &pods,
-        copies: &warm_copies(&last),
-        current: Some(&last),
-        standby_replicas: 1,
-        acceptable_recovery_lag: 100,
-        balance: false,
-        settling: &BTreeSet::new(),
-        newest_recorded_generation: 0,
-        fenced_actives: &BTreeSet::new(),
-    });
+    let decide_on = |pods: &[PodPlace]| {
+        next_assignment(AssignmentFacts {
+            tasks: 2,
+            pods,
+            copies: &warm_copies(&last),
+            current: Some(&last),
+            standby_replicas: 1,
+            acceptable_recovery_lag: 100,
+            balance: false,
+            settling: &BTreeSet::new(),
+            newest_recorded_generation: 0,
+            fenced_actives: &BTreeSet::new(),
+        })
+    };
     assert_eq!(
-        unchanged.map(|d| d.generation),
+        decide_on(&pods).map(|d| d.generation),
         Ok(u64::MAX),
         "nothing changed: it stands"
     );
-    let lost = [pods[1].clone()];
-    let refused = next_assignment(AssignmentFacts {
-        tasks: 2,
-        pods: &lost,
-        copies: &warm_copies(&last),
-        current: Some(&last),
-        standby_replicas: 1,
-        acceptable_recovery_lag: 100,
-        balance: false,
-        settling: &BTreeSet::new(),
-        newest_recorded_generation: 0,
-        fenced_actives: &BTreeSet::new(),
-    });
+    let refused = decide_on(&pods[1..]);
     assert_eq!(refused, Err(GenerationsExhausted(u64::MAX)));
     assert!(refused.unwrap_err().to_string().contains("is the last one"));
 }

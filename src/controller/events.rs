@@ -15,20 +15,25 @@ pub async fn publish(
     reason: &str,
     note: String,
 ) {
-    let event = Event {
+    let event = event(warning, reason, "Reconcile", note);
+    if let Err(error) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
+        tracing::warn!(job = %job.name_any(), %error, "could not publish an Event");
+    }
+}
+
+/// An Event with `reason` and `note` (cut to the 1 kB the Events API takes), a Warning when
+/// `warning`, for `action`.
+pub fn event(warning: bool, reason: &str, action: &str, note: String) -> Event {
+    Event {
         type_: if warning {
             EventType::Warning
         } else {
             EventType::Normal
         },
         reason: reason.to_string(),
-        // The Events API caps the note at 1 kB.
         note: Some(note.chars().take(1000).collect()),
-        action: "Reconcile".into(),
+        action: action.into(),
         secondary: None,
-    };
-    if let Err(error) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
-        tracing::warn!(job = %job.name_any(), %error, "could not publish an Event");
     }
 }
 

@@ -2,7 +2,7 @@
 
 use super::{FailoverDeps, FailoverJob};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::Recorder;
 
 /// Publishes an Event about `job`; a failure is logged, never stops the loop.
 pub async fn publish(
@@ -21,18 +21,7 @@ pub async fn publish(
         uid: Some(job.owner.uid.clone()),
         ..ObjectReference::default()
     };
-    let event = Event {
-        type_: if warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: reason.to_string(),
-        // The Events API caps the note at 1 kB.
-        note: Some(note.chars().take(1000).collect()),
-        action: action.into(),
-        secondary: None,
-    };
+    let event = crate::controller::events::event(warning, reason, action, note);
     // A recorder of its own: a shared one folds a second Event with the same reason into the
     // first one's series (a series keeps the first note), so a pod's second task or a task's
     // second move would be missing from `kubectl get events`.

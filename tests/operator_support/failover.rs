@@ -283,6 +283,15 @@ impl System {
             .items
     }
 
+    /// The address of pod `name`, once it has one.
+    pub async fn pod_ip(&self, name: &str) -> Option<String> {
+        self.pods()
+            .await
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .and_then(|p| p.status?.pod_ip)
+    }
+
     /// Each answering pod's task reports, by pod name (all pods asked at once, so a frozen
     /// one costs one timeout, not one per pod).
     pub async fn reports(&self) -> BTreeMap<String, Vec<TaskReport>> {

@@ -29,6 +29,18 @@ use streamkeeper::metrics::Metrics;
 
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A plain `GET path` to `address` (host:port): the whole answer, head and body; `None` when
+/// nothing answers.
+pub async fn http_get(address: &str, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.ok()?;
+    Some(answer)
+}
+
 /// The job's condition of `type_`; panics naming the conditions there are when it is missing.
 pub fn condition<'a>(
     job: &'a StatefulStreamJob,

@@ -145,7 +145,6 @@ impl super::failover::System {
 
     /// The text of the operator's `/metrics`, at the address it logged; `None` until it serves.
     pub async fn operator_metrics(&self) -> Option<String> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         // The operator logs as text here, in colour: `... serving /metrics and /healthz
         // address=HOST:PORT` with escape sequences around the field's name.
         let line = self
@@ -158,13 +157,7 @@ impl super::failover::System {
             .split_whitespace()
             .find_map(|word| word.strip_prefix("address="))?
             .to_string();
-        let mut stream = tokio::net::TcpStream::connect(&address).await.ok()?;
-        let request =
-            format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).await.ok()?;
-        Some(answer)
+        super::http_get(&address, "/metrics").await
     }
 }
 
