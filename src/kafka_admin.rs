@@ -131,7 +131,7 @@ fn read_configs(entries: Vec<ConfigEntry>) -> Option<BTreeMap<String, String>> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicFacts {
     pub partitions: i32,
-    /// The configs in [`READ_CONFIGS`] with their effective values (broker defaults resolved).
+    /// The configs in `READ_CONFIGS` with their effective values (broker defaults resolved).
     pub config: BTreeMap<String, String>,
 }
 

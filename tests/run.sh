@@ -48,6 +48,8 @@ step "cargo build (cold: ~10-25 min)"
 cargo build --workspace --all-targets --locked
 step "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+step "cargo doc (no warnings)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 
 for service in kube kafka s3 helm; do
   wait "${installs[$service]}" || { cat "$SK_RUN/logs/install-$service.log" >&2; die "installing $service failed (log above)"; }

@@ -77,7 +77,7 @@ pub fn plain_needs_tls() -> Rule {
 }
 
 /// An optional field of the object this rule sits on keeps the value (or the absence) it was
-/// created with. `why` completes "<path> is immutable: ".
+/// created with. `why` completes "`<path>` is immutable: ".
 pub fn optional_immutable(field: &str, path: &str, why: &str) -> Rule {
     Rule::new(format!(
         "has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == oldSelf.{field})"

@@ -34,7 +34,8 @@ impl ConditionStatus {
 }
 
 /// What a reconcile observed for one condition type. Types and reasons are `&'static str` so
-/// they come from [`types`] and [`reasons`], not from formatted text.
+/// they come from [`crate::vocabulary::types`] and [`crate::vocabulary::reasons`], not from
+/// formatted text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConditionUpdate {
     pub type_: &'static str,

@@ -2,8 +2,8 @@
 //! update_status**. This module holds the pure steps and what they share; only `apply` and
 //! `update_status` (and the readers of external facts) may touch the apiserver, Kafka or S3.
 //!
-//! - [`validate`]: raw spec in, [`ValidatedJob`] out (every rule checked once).
-//! - [`build`]: [`ValidatedJob`] + [`Facts`] in, [`DesiredResources`] out (pure).
+//! - [`validate()`]: raw spec in, [`ValidatedJob`] out (every rule checked once).
+//! - [`build()`]: [`ValidatedJob`] + [`Facts`] in, [`DesiredResources`] out (pure).
 //! - [`conditions`]: condition types, reasons and the merge `update_status` uses.
 //! - [`names`], [`labels`]: every derived name, path, label and annotation key.
 //!

@@ -157,7 +157,7 @@ const TRANSITION_CONDITIONS: [(&str, ConditionStatus); 1] =
 
 /// Events for the watched conditions whose status changed between `old` and `new`. A condition
 /// seen for the first time gets one only when it is bad news or unknown (and never for
-/// [`TRANSITION_CONDITIONS`]).
+/// the conditions of `TRANSITION_CONDITIONS`).
 pub fn transition_events(old: &[Condition], new: &[Condition]) -> Vec<ConditionEvent> {
     let mut events = Vec::new();
     let watched = EVENT_CONDITIONS

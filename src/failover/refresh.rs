@@ -10,7 +10,7 @@ use kube::runtime::reflector::ObjectRef;
 use std::sync::{Mutex, PoisonError};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-/// Where the failover loops ask for a status refresh ([`StatusRefresh::request`]) and the
+/// Where the failover loops ask for a status refresh ([`RefreshSender::request`]) and the
 /// controller takes the requests from ([`StatusRefresh::take_requests`]).
 pub struct StatusRefresh {
     sender: UnboundedSender<ObjectRef<StatefulStreamJob>>,

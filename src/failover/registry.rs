@@ -232,7 +232,7 @@ impl Failovers {
     }
 
     /// How many pods the StatefulSet keeps while a job with standbys scales down to `target`
-    /// ([`scale_down::pods_to_keep`]). A drain that has not finished within
+    /// (`scale_down::pods_to_keep`). A drain that has not finished within
     /// [`scale_down::DRAIN_LIMIT`] is given up, and the leaving pods' tasks move as they stop.
     pub fn scale_down(&self, namespace: &str, name: &str, target: i32) -> ScaleDown {
         let Some(shared) = self.shared(namespace, name) else {

@@ -1,6 +1,6 @@
-//! One task = one input partition, run on its own thread ([`slot`]) in the role the assignment
+//! One task = one input partition, run on its own thread (`slot`) in the role the assignment
 //! gives it. As active: restore its state, then the exactly-once processing loop; as standby:
-//! a warm copy tailing the changelog ([`standby`]). The supervisor here retries failures with
+//! a warm copy tailing the changelog (`standby`). The supervisor here retries failures with
 //! backoff from a consistent point (the store only ever holds committed state) and ends an
 //! active role only when the task is released, fenced, its changelog is lost, or the worker
 //! shuts down.
@@ -59,7 +59,7 @@ pub struct WorkerContext {
     /// When the assignment promoted this task from standby; its first commit is then timed.
     pub promoted_at: Option<Instant>,
     /// The assignment generation the task's role runs under (0 in standalone mode and on the
-    /// static share); each input commit is marked with it ([`commit_mark`]).
+    /// static share); each input commit is marked with it (`commit_mark`).
     pub generation: u64,
     /// The worker's one admin client.
     pub admin: crate::kafka_client::SharedAdmin,
