@@ -10,7 +10,7 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 use futures::StreamExt;
-use streamkeeper_contract::manifest::MAX_MANIFEST_BYTES;
+use streamkeeper_contract::manifest::{MAX_MANIFEST_BYTES, append_bounded};
 use streamkeeper_contract::{CheckpointManifest, TaskPrefix, Versioned};
 
 /// Manifests read at once per task (the worker's restore reads as many).
@@ -201,28 +201,27 @@ impl CheckpointReader {
         };
         // Read up to the limit, never further: the bucket is the job author's, and one large
         // object under a manifest's name must not cost the operator (every job's) memory.
-        let limit = MAX_MANIFEST_BYTES;
-        if object.content_length().is_some_and(|n| n > limit as i64) {
+        let too_large = || {
             tracing::warn!(
                 key,
-                limit,
+                limit = MAX_MANIFEST_BYTES,
                 "skipping an object under a manifest's name that is larger than any manifest"
             );
-            return Ok(None);
+            Ok(None)
+        };
+        if object
+            .content_length()
+            .is_some_and(|n| n > MAX_MANIFEST_BYTES as i64)
+        {
+            return too_large();
         }
         let mut body = object.body;
         let mut bytes = Vec::new();
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| self.unavailable("GetObject", key, e))?;
-            if bytes.len() + chunk.len() > limit {
-                tracing::warn!(
-                    key,
-                    limit,
-                    "skipping an object under a manifest's name that is larger than any manifest"
-                );
-                return Ok(None);
+            if !append_bounded(&mut bytes, &chunk) {
+                return too_large();
             }
-            bytes.extend_from_slice(&chunk);
         }
         match CheckpointManifest::from_json(&bytes) {
             Ok(manifest) => Ok(Some(manifest)),

@@ -53,6 +53,16 @@ pub struct CheckpointFile {
 /// which reads every job's manifests) out of memory.
 pub const MAX_MANIFEST_BYTES: usize = 16 << 20;
 
+/// Adds `chunk` to the manifest being read into `bytes`; `false`, adding nothing, when that
+/// would pass [`MAX_MANIFEST_BYTES`] (stop reading: it is not a manifest).
+pub fn append_bounded(bytes: &mut Vec<u8>, chunk: &[u8]) -> bool {
+    if bytes.len() + chunk.len() > MAX_MANIFEST_BYTES {
+        return false;
+    }
+    bytes.extend_from_slice(chunk);
+    true
+}
+
 impl CheckpointManifest {
     pub fn total_bytes(&self) -> u64 {
         self.files.iter().map(|f| f.size).sum()
@@ -108,6 +118,19 @@ impl Versioned for CheckpointManifest {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_manifest_is_read_up_to_the_bound_and_no_further() {
+        let mut bytes = vec![0; MAX_MANIFEST_BYTES - 1];
+        assert!(append_bounded(&mut bytes, b"}"));
+        assert_eq!(bytes.len(), MAX_MANIFEST_BYTES);
+        assert!(!append_bounded(&mut bytes, b" "));
+        assert_eq!(
+            bytes.len(),
+            MAX_MANIFEST_BYTES,
+            "nothing past the bound is kept"
+        );
+    }
     use super::*;
 
     fn sample() -> CheckpointManifest {

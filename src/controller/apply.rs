@@ -95,14 +95,17 @@ pub async fn apply(
     };
     // Before the StatefulSet: its pods mount the Secret and cannot start without it. The token is
     // read back here only to prove it usable; the suspend step reads it when it needs it.
+    worker_token::ensure(client, namespace, worker_token)
+        .await
+        .map_err(|error| match error {
+            WorkerTokenError::Foreign(foreign) => ApplyError::Foreign(foreign),
+            other => other.into(),
+        })?;
     let owned = Owned {
         client,
         namespace,
         verified,
     };
-    owned.check(worker_token).await?;
-    worker_token::ensure(client, namespace, worker_token).await?;
-    owned.remember(worker_token);
     owned.apply(config_map).await?;
     owned.apply(service).await?;
     owned.apply(pod_disruption_budget).await?;
@@ -232,7 +235,9 @@ struct Owned<'a> {
 }
 
 impl Owned<'_> {
-    /// [`server_side_apply`] of `object`, after [`Owned::check`].
+    /// [`server_side_apply`] of `object`, after checking that an object of its name, if there
+    /// is one, is the job's (named by `object`'s owner reference); read once per object and
+    /// operator start ([`Verified`]).
     async fn apply<K>(&self, object: &K) -> Result<K, ApplyError>
     where
         K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
@@ -241,49 +246,29 @@ impl Owned<'_> {
             + DeserializeOwned
             + Debug,
     {
-        self.check(object).await?;
-        let applied = server_side_apply(self.client, self.namespace, object).await?;
-        self.remember(object);
-        Ok(applied)
-    }
-
-    /// Checks that an object of `object`'s name, if there is one, is the job's (named by
-    /// `object`'s owner reference); once per object and operator start ([`Verified`]).
-    async fn check<K>(&self, object: &K) -> Result<(), ApplyError>
-    where
-        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + Debug,
-    {
         let kind = K::kind(&()).to_string();
         let name = object.meta().name.clone().unwrap_or_default();
-        let Some(owner) = object.meta().owner_references.iter().flatten().next() else {
-            return Ok(());
-        };
-        if self.verified.contains(owner, &kind, &name) {
-            return Ok(());
+        let owner = object.meta().owner_references.iter().flatten().next();
+        if let Some(owner) = owner
+            && !self.verified.contains(owner, &kind, &name)
+        {
+            let api: Api<K> = Api::namespaced(self.client.clone(), self.namespace);
+            let existing = api.get_opt(&name).await.map_err(|source| ApiError {
+                action: "read",
+                kind: kind.clone(),
+                namespace: self.namespace.to_string(),
+                name: name.clone(),
+                source,
+            })?;
+            if let Some(existing) = existing {
+                ownership::check(&kind, self.namespace, existing.meta(), owner)?;
+            }
         }
-        let api: Api<K> = Api::namespaced(self.client.clone(), self.namespace);
-        let existing = api.get_opt(&name).await.map_err(|source| ApiError {
-            action: "read",
-            kind: kind.clone(),
-            namespace: self.namespace.to_string(),
-            name: name.clone(),
-            source,
-        })?;
-        if let Some(existing) = existing {
-            ownership::check(&kind, self.namespace, existing.meta(), owner)?;
+        let applied = server_side_apply(self.client, self.namespace, object).await?;
+        if let Some(owner) = owner {
+            self.verified.insert(owner, &kind, &name);
         }
-        Ok(())
-    }
-
-    /// `object` is the job's now (applied or created with its owner reference).
-    fn remember<K: Resource<DynamicType = ()>>(&self, object: &K) {
-        if let Some(owner) = object.meta().owner_references.iter().flatten().next() {
-            let name = object.meta().name.clone().unwrap_or_default();
-            self.verified.insert(owner, &K::kind(&()), &name);
-        }
+        Ok(applied)
     }
 }
 

@@ -14,6 +14,7 @@
 
 use crate::controller::apply::ApiError;
 use crate::controller::names;
+use crate::controller::ownership::{self, ForeignObject};
 use crate::vocabulary::reasons;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -37,6 +38,9 @@ pub enum WorkerTokenError {
     },
     #[error("no random bytes for a new worker token: {0}")]
     Random(getrandom::Error),
+    /// A Secret of the token's name that is not the job's: never read, never used.
+    #[error(transparent)]
+    Foreign(#[from] ForeignObject),
 }
 
 impl From<ApiError> for WorkerTokenError {
@@ -51,6 +55,7 @@ impl WorkerTokenError {
         match self {
             WorkerTokenError::Api(_) | WorkerTokenError::Random(_) => reasons::API_ERROR,
             WorkerTokenError::Unusable { .. } => reasons::WORKER_TOKEN_UNUSABLE,
+            WorkerTokenError::Foreign(_) => reasons::FOREIGN_OBJECT,
         }
     }
 }
@@ -72,7 +77,8 @@ pub async fn read(
         .transpose()
 }
 
-/// The token in `desired`'s Secret: read back when the Secret exists, otherwise created with a
+/// The token in `desired`'s Secret: read back when the Secret exists and is the job's (named by
+/// `desired`'s owner reference, else [`WorkerTokenError::Foreign`]), otherwise created with a
 /// new random token (and read back if another writer created it first).
 pub async fn ensure(
     client: &Client,
@@ -86,6 +92,9 @@ pub async fn ensure(
         .await
         .map_err(|source| api_error("read", namespace, &name, source))?;
     if let Some(secret) = existing {
+        if let Some(owner) = desired.metadata.owner_references.iter().flatten().next() {
+            ownership::check("Secret", namespace, &secret.metadata, owner)?;
+        }
         return token_of(&secret, namespace, &name);
     }
     let token = generate()?;

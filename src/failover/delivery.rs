@@ -233,7 +233,7 @@ impl Delivery {
         self.read_at = Some(Instant::now());
         self.reread_wanted = false;
         let renewed = self.tokens.learn(read);
-        if renewed && self.tokens.to_try().len() > 1 {
+        if renewed && self.tokens.previous.is_some() {
             tracing::info!(job = %job.name, namespace = %job.namespace, "the worker token changed; the previous one is tried too until the pods' files hold the new one");
             // The refusals were answers to the old token: the next delivery tells again.
             self.unauthorized.clear();
@@ -292,8 +292,8 @@ async fn deliver(
 
 fn unauthorized_note(pod: &str, job: &FailoverJob) -> String {
     format!(
-        "pod {pod} refuses the assignment: its worker token (the file mounted from Secret {name}-worker-token) is neither the Secret's current token nor the one before it. Until it takes the assignment, its tasks cannot move. After a rotation the kubelet updates the file within about a minute; a Secret edited by hand must hold a token the pods mount",
-        name = job.name
+        "pod {pod} refuses the assignment: its worker token (the file mounted from Secret {secret}) is neither the Secret's current token nor the one before it. Until it takes the assignment, its tasks cannot move. After a rotation the kubelet updates the file within about a minute; a Secret edited by hand must hold a token the pods mount",
+        secret = crate::controller::names::worker_token_secret(&job.name)
     )
 }
 

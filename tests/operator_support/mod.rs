@@ -41,6 +41,17 @@ pub async fn http_get(address: &str, path: &str) -> Option<String> {
     Some(answer)
 }
 
+/// Merges `spec` into job `name`'s spec.
+pub async fn patch_spec(jobs: &Api<StatefulStreamJob>, name: &str, spec: serde_json::Value) {
+    jobs.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({ "spec": spec })),
+    )
+    .await
+    .expect("spec patched");
+}
+
 /// The job's condition of `type_`; panics naming the conditions there are when it is missing.
 pub fn condition<'a>(
     job: &'a StatefulStreamJob,

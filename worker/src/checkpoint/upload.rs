@@ -300,18 +300,17 @@ pub async fn read_manifest(
     storage: &S3Storage,
     key: &str,
 ) -> Result<CheckpointManifest, CheckpointError> {
-    let limit = streamkeeper_contract::manifest::MAX_MANIFEST_BYTES;
+    use streamkeeper_contract::manifest::{MAX_MANIFEST_BYTES, append_bounded};
     let mut bytes = Vec::new();
     storage
         .get_streamed(key, |chunk| {
-            if bytes.len() + chunk.len() > limit {
-                return Err(CheckpointError::BadManifest {
-                    key: key.into(),
-                    reason: format!("larger than {limit} bytes: not a manifest"),
-                });
+            if append_bounded(&mut bytes, chunk) {
+                return Ok(());
             }
-            bytes.extend_from_slice(chunk);
-            Ok(())
+            Err(CheckpointError::BadManifest {
+                key: key.into(),
+                reason: format!("larger than {MAX_MANIFEST_BYTES} bytes: not a manifest"),
+            })
         })
         .await?;
     CheckpointManifest::from_json(&bytes).map_err(|e| CheckpointError::BadManifest {

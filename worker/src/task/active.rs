@@ -123,12 +123,7 @@ impl<'a> ActiveLoop<'a> {
     pub fn resume_input(&mut self, store: &mut RocksStore) -> Result<(), TaskError> {
         let topic = self.context.config.kafka.input_topic.as_str();
         let committed = self.committed_input_offset()?;
-        let (log_start, log_end) = stop::kafka_call(
-            self.context,
-            KAFKA_TIMEOUT,
-            "reading input watermarks",
-            |t| self.input.fetch_watermarks(topic, self.partition, t),
-        )?;
+        let (log_start, log_end) = self.input_watermarks()?;
         let state_position = store.metadata().map_or(0, |m| m.next_input_offset);
         let facts = InputFacts {
             state_position,
@@ -521,14 +516,18 @@ impl<'a> ActiveLoop<'a> {
 
     /// The first offset of this task's input partition the broker still holds.
     pub fn input_log_start(&self) -> Result<i64, TaskError> {
+        Ok(self.input_watermarks()?.0)
+    }
+
+    /// The first and the next offset of this task's input partition.
+    fn input_watermarks(&self) -> Result<(i64, i64), TaskError> {
         let topic = self.context.config.kafka.input_topic.as_str();
-        let (low, _) = stop::kafka_call(
+        stop::kafka_call(
             self.context,
             KAFKA_TIMEOUT,
             "reading input watermarks",
             |t| self.input.fetch_watermarks(topic, self.partition, t),
-        )?;
-        Ok(low)
+        )
     }
 
     /// Sends a record, waiting for room in the producer queue rather than failing.

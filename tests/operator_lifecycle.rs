@@ -1,0 +1,369 @@
+//! A job's lifecycle through the reconcile, against the real kube-apiserver (with the
+//! StatefulSet controller), Kafka and S3: suspend and resume, `restartNonce`, restores on
+//! request, and deletion with `deletionPolicy` Retain or Delete (the workers stopped first, a
+//! shared dead-letter topic kept). There is no kubelet: pods never run.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod operator_support;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use operator_support::checkpoints::{manifest, now_ms, put_manifest};
+use operator_support::{support, *};
+use std::time::Duration;
+use streamkeeper::api::{JobPhase, StatefulStreamJob};
+
+async fn pods(client: &Client, namespace: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+#[tokio::test]
+async fn suspend_resume_restart_nonce_and_restore() {
+    let s = setup("op-ops", &[]).await;
+    let ctx = context(&s.client);
+    let name = "counts";
+    s.jobs
+        .create(&PostParams::default(), &job(name, &s.input, &s.prefix))
+        .await
+        .unwrap();
+    let client = s.client.clone();
+    let namespace = s.namespace.clone();
+    reconcile_until(&ctx, &s.jobs, name, "two worker pods", async || {
+        pods(&client, &namespace).await.len() == 2
+    })
+    .await;
+    let sets: Api<StatefulSet> = Api::namespaced(s.client.clone(), &s.namespace);
+
+    // restartNonce: every pod is replaced (OnDelete: the operator deletes outdated pods).
+    let original: Vec<String> = pods(&s.client, &s.namespace)
+        .await
+        .iter()
+        .map(|p| p.uid().unwrap())
+        .collect();
+    patch_spec(&s.jobs, name, serde_json::json!({"restartNonce": "first"})).await;
+    reconcile_until(
+        &ctx,
+        &s.jobs,
+        name,
+        "pods replaced after restartNonce",
+        async || {
+            let now = pods(&client, &namespace).await;
+            now.len() == 2
+                && now.iter().all(|p| {
+                    !original.contains(&p.uid().unwrap())
+                        && p.annotations()
+                            .get("streamkeeper.dev/restart-nonce")
+                            .map(String::as_str)
+                            == Some("first")
+                })
+        },
+    )
+    .await;
+
+    // restore: the request reaches the pod template and pods are replaced. No worker runs here,
+    // so no task reports having applied it: the restore stays in progress and is not recorded
+    // (tests/operator_workers.rs sees it through with running workers).
+    patch_spec(
+        &s.jobs,
+        name,
+        serde_json::json!({"restore": {"id": "incident-1", "checkpoint": "latest"}}),
+    )
+    .await;
+    let jobs = s.jobs.clone();
+    reconcile_until(
+        &ctx,
+        &s.jobs,
+        name,
+        "restore handed to the pods",
+        async || {
+            let job = jobs.get(name).await.unwrap();
+            let restoring = condition(&job, "Restoring");
+            let now = pods(&client, &namespace).await;
+            restoring.reason == "RestoreApplying"
+                && now.len() == 2
+                && now.iter().all(|pod| {
+                    pod.annotations()
+                        .get("streamkeeper.dev/restore")
+                        .is_some_and(|request| request.contains("\"id\":\"incident-1\""))
+                })
+        },
+    )
+    .await;
+    let job = s.jobs.get(name).await.unwrap();
+    let restoring = condition(&job, "Restoring");
+    assert_eq!(restoring.status, "True");
+    assert!(
+        restoring.message.contains("0/3 tasks have applied it"),
+        "{}",
+        restoring.message
+    );
+    assert_eq!(job.status.as_ref().unwrap().last_restore_id, None);
+    assert_eq!(
+        job.status.as_ref().unwrap().ready_tasks.as_deref(),
+        Some("0/3")
+    );
+
+    // suspend: scaled to zero; no worker answers here, so the condition says so.
+    patch_spec(&s.jobs, name, serde_json::json!({"suspend": true})).await;
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    let set = sets.get(name).await.unwrap();
+    assert_eq!(set.spec.unwrap().replicas, Some(0));
+    let job = s.jobs.get(name).await.unwrap();
+    assert_eq!(
+        job.status.as_ref().unwrap().phase,
+        Some(JobPhase::Suspended)
+    );
+    let suspended = condition(&job, "Suspended");
+    assert_eq!(suspended.status, "True");
+    assert_eq!(suspended.reason, "FinalCheckpointIncomplete");
+    assert!(
+        suspended.message.contains(&format!("{name}-0")),
+        "{}",
+        suspended.message
+    );
+
+    // resume: the replicas come back, the volumes were kept.
+    patch_spec(&s.jobs, name, serde_json::json!({"suspend": false})).await;
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    assert_eq!(
+        sets.get(name).await.unwrap().spec.unwrap().replicas,
+        Some(2)
+    );
+    let job = s.jobs.get(name).await.unwrap();
+    assert_eq!(condition(&job, "Suspended").status, "False");
+    assert_ne!(job.status.unwrap().phase, Some(JobPhase::Suspended));
+
+    delete_namespace(&s.client, &s.namespace).await;
+}
+
+async fn s3_keys(prefix: &str) -> Vec<String> {
+    s3_client()
+        .list_objects_v2()
+        .bucket(support::s3_settings().bucket)
+        .prefix(prefix)
+        .send()
+        .await
+        .unwrap()
+        .contents()
+        .iter()
+        .filter_map(|o| o.key().map(str::to_string))
+        .collect()
+}
+
+async fn delete_and_reconcile(
+    ctx: &std::sync::Arc<streamkeeper::controller::Context>,
+    jobs: &Api<StatefulStreamJob>,
+    name: &str,
+) {
+    jobs.delete(name, &DeleteParams::default()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while let Some(job) = jobs.get_opt(name).await.unwrap() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job not gone after clean-up"
+        );
+        streamkeeper::controller::reconcile::reconcile(std::sync::Arc::new(job), ctx.clone())
+            .await
+            .expect("clean-up succeeds");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn deletion_retains_or_deletes_changelog_and_checkpoints() {
+    let s = setup("op-delete", &[]).await;
+    let ctx = context(&s.client);
+
+    // Retain (the default): the changelog and the checkpoints stay.
+    let kept = "kept";
+    s.jobs
+        .create(&PostParams::default(), &job(kept, &s.input, &s.prefix))
+        .await
+        .unwrap();
+    reconcile_once(&ctx, &s.jobs, kept).await.unwrap();
+    let kept_job = s.jobs.get(kept).await.unwrap();
+    assert!(
+        kept_job
+            .finalizers()
+            .contains(&"streamkeeper.dev/cleanup".to_string())
+    );
+    put_manifest(
+        &s.prefix,
+        &s.namespace,
+        kept,
+        &manifest(0, 1, 0, now_ms(), 0),
+    )
+    .await;
+    delete_and_reconcile(&ctx, &s.jobs, kept).await;
+    assert!(
+        describe_topic(&format!("{}.{kept}.changelog", s.namespace))
+            .await
+            .is_some()
+    );
+    assert_eq!(
+        s3_keys(&format!("{}/{}/{kept}/", s.prefix, s.namespace))
+            .await
+            .len(),
+        1
+    );
+
+    // Delete: topics and every object under the job's prefix go; another job's objects stay.
+    let gone = "gone";
+    let mut spec = job(gone, &s.input, &s.prefix);
+    spec.spec.deletion_policy = streamkeeper::api::DeletionPolicy::Delete;
+    s.jobs.create(&PostParams::default(), &spec).await.unwrap();
+    reconcile_once(&ctx, &s.jobs, gone).await.unwrap();
+    for task in 0..3 {
+        put_manifest(
+            &s.prefix,
+            &s.namespace,
+            gone,
+            &manifest(task, 1, 0, now_ms(), 0),
+        )
+        .await;
+    }
+    assert_eq!(
+        s3_keys(&format!("{}/{}/{gone}/", s.prefix, s.namespace))
+            .await
+            .len(),
+        3
+    );
+    delete_and_reconcile(&ctx, &s.jobs, gone).await;
+    assert!(
+        describe_topic(&format!("{}.{gone}.changelog", s.namespace))
+            .await
+            .is_none()
+    );
+    assert!(
+        describe_topic(&format!("{}.{gone}.dlq", s.namespace))
+            .await
+            .is_none()
+    );
+    assert!(
+        s3_keys(&format!("{}/{}/{gone}/", s.prefix, s.namespace))
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        s3_keys(&format!("{}/{}/{kept}/", s.prefix, s.namespace))
+            .await
+            .len(),
+        1
+    );
+
+    delete_namespace(&s.client, &s.namespace).await;
+}
+
+/// Finalizers of a pod, replaced (`None` removes them all).
+async fn set_pod_finalizers(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    finalizers: Option<&[&str]>,
+) {
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .patch(
+            pod,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": finalizers}})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn delete_stops_the_workers_first_and_keeps_a_shared_dead_letter_topic() {
+    let s = setup("op-shared", &[]).await;
+    let ctx = context(&s.client);
+    // A dead-letter topic several jobs share, which existed before this job.
+    let shared = support::unique_name("op-shared-dlq");
+    create_topic(&shared, 3, &[]).await;
+    let name = "own";
+    let mut spec = job(name, &s.input, &s.prefix);
+    spec.spec.deletion_policy = streamkeeper::api::DeletionPolicy::Delete;
+    spec.spec.kafka.dead_letter_topic = Some(shared.clone());
+    s.jobs.create(&PostParams::default(), &spec).await.unwrap();
+    let (client, namespace) = (s.client.clone(), s.namespace.clone());
+    reconcile_until(&ctx, &s.jobs, name, "two worker pods", async || {
+        pods(&client, &namespace).await.len() == 2
+    })
+    .await;
+    let changelog = format!("{}.{name}.changelog", s.namespace);
+    assert!(describe_topic(&changelog).await.is_some());
+
+    // A worker pod that takes its time to stop (held by a finalizer of the test).
+    let hold = "streamkeeper.dev/test-hold";
+    set_pod_finalizers(&s.client, &s.namespace, "own-0", Some(&[hold])).await;
+    s.jobs.delete(name, &DeleteParams::default()).await.unwrap();
+    let sets: Api<StatefulSet> = Api::namespaced(s.client.clone(), &s.namespace);
+    let worker_pods: Api<Pod> = Api::namespaced(s.client.clone(), &s.namespace);
+    let deadline = tokio::time::Instant::now() + CONTROLLER_TIMEOUT;
+    loop {
+        let job = s.jobs.get(name).await.unwrap();
+        streamkeeper::controller::reconcile::reconcile(std::sync::Arc::new(job), ctx.clone())
+            .await
+            .expect("clean-up step succeeds");
+        assert!(
+            describe_topic(&changelog).await.is_some(),
+            "the changelog was deleted while worker pod own-0 still exists"
+        );
+        let scaled_to_zero = sets
+            .get(name)
+            .await
+            .unwrap()
+            .spec
+            .and_then(|spec| spec.replicas)
+            == Some(0);
+        let stopping = worker_pods
+            .get("own-0")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some();
+        if scaled_to_zero && stopping {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the workers were not stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // One more look while the pod is still there: still nothing deleted.
+    let job = s.jobs.get(name).await.unwrap();
+    streamkeeper::controller::reconcile::reconcile(std::sync::Arc::new(job), ctx.clone())
+        .await
+        .unwrap();
+    assert!(describe_topic(&changelog).await.is_some());
+
+    // The pod is gone: the clean-up runs.
+    set_pod_finalizers(&s.client, &s.namespace, "own-0", None).await;
+    let deadline = tokio::time::Instant::now() + CONTROLLER_TIMEOUT;
+    while let Some(job) = s.jobs.get_opt(name).await.unwrap() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job not gone after clean-up"
+        );
+        streamkeeper::controller::reconcile::reconcile(std::sync::Arc::new(job), ctx.clone())
+            .await
+            .expect("clean-up succeeds");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        describe_topic(&changelog).await.is_none(),
+        "the job's own changelog is deleted"
+    );
+    assert!(
+        describe_topic(&shared).await.is_some(),
+        "the shared dead-letter topic, which the operator did not create, is kept"
+    );
+
+    delete_namespace(&s.client, &s.namespace).await;
+}
