@@ -24,12 +24,16 @@ WORKDIR /src
 # refuses the manifest (tests/chart.rs checks this list against `cargo metadata`).
 COPY Cargo.toml Cargo.lock ./
 COPY contract/Cargo.toml contract/
+COPY failpoint/Cargo.toml failpoint/
+COPY kafka-topic-id/Cargo.toml kafka-topic-id/
 COPY worker/Cargo.toml worker/
-COPY local-node/Cargo.toml local-node/
-RUN for stub in src/lib.rs contract/src/lib.rs worker/src/lib.rs; do \
+COPY test-tools/local-node/Cargo.toml test-tools/local-node/
+COPY test-tools/test-support/Cargo.toml test-tools/test-support/
+RUN for stub in src/lib.rs contract/src/lib.rs failpoint/src/lib.rs kafka-topic-id/src/lib.rs \
+      worker/src/lib.rs test-tools/test-support/src/lib.rs; do \
       mkdir -p "$(dirname "$stub")" && : > "$stub"; \
     done \
- && for stub in src/main.rs worker/src/main.rs local-node/src/main.rs \
+ && for stub in src/main.rs worker/src/main.rs test-tools/local-node/src/main.rs \
       worker/benches/worker.rs worker/benches/checkpoint_restore.rs worker/benches/checkpoint_overhead.rs \
       benches/failover.rs benches/warmup.rs contract/benches/assignment.rs; do \
       mkdir -p "$(dirname "$stub")" && echo 'fn main() {}' > "$stub"; \
@@ -42,7 +46,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
-    find src contract/src worker/src local-node/src -name '*.rs' -exec touch {} + \
+    find src contract/src failpoint/src kafka-topic-id/src worker/src test-tools/local-node/src -name '*.rs' -exec touch {} + \
  && cargo build --release --locked --bin streamkeeper-operator --bin streamkeeper-worker \
  && mkdir -p /out \
  && cp target/release/streamkeeper-operator target/release/streamkeeper-worker /out/

@@ -7,9 +7,14 @@
   `-1`, `-2`, ...). An anchor alone (`#part`) names a heading of the same file.
 - A reference link `[text][name]` needs a definition `[name]: target`, checked the same way.
 - An external link (http, https) must be well formed: a host, no spaces. Nothing is fetched.
+- A code span naming a source path of the repository (`src/controller/reconcile.rs`,
+  `worker/src/task/`, optionally followed by `::item` or `:line`) must name a file or folder
+  that exists: a restructure that moves a file fails here until the docs follow it. A Rust file's
+  span followed by spans naming functions (`tests/x.rs` `a_test_name`, `b_test_name`) must hold
+  each function (`fn a_test_name`).
 - README.md is at most 200 lines.
 
-Code blocks and code spans are not read. Prints every broken link as `file:line: why` and exits 1
+Code blocks and code spans are not read as links. Prints every broken link as `file:line: why` and exits 1
 when there is any; exits 0 with a one-line summary otherwise. Python 3 standard library only."""
 
 import os
@@ -30,6 +35,11 @@ HTML_ANCHOR = re.compile(r"""<a\s[^>]*\b(?:name|id)\s*=\s*["']([^"']+)["']""", r
 HTML_LINK = re.compile(r"""<(?:a|img)\s[^>]*\b(?:href|src)\s*=\s*["']([^"']+)["']""", re.I)
 LINE_ANCHOR = re.compile(r"^L\d+(?:C\d+)?(?:-L\d+(?:C\d+)?)?$")
 HOST = re.compile(r"^[A-Za-z0-9.-]+$")
+FUNCTION_NAME = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+){2,}$")
+CODE_SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+SOURCE_ROOTS = ("src/", "worker/", "contract/", "failpoint/", "test-tools/", "tests/", "benches/",
+                "scripts/", "charts/", "demo/", "docs/", "examples/", "crds/")
+SOURCE_PATH = re.compile(r"^([A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)+/?)(?:::[A-Za-z0-9_:]+|:\d+(?:-\d+)?)?$")
 
 
 def repository_files(root):
@@ -234,6 +244,34 @@ class Checker:
         if anchor not in self.anchors(resolved):
             self.problems.append(f"{where}: {target}: no heading '#{anchor}' in {resolved}")
 
+    def check_source_paths(self, source, text):
+        """Code spans that name a path under one of the repository's source folders, and the
+        functions named right after a Rust file."""
+        spans = list(CODE_SPAN.finditer(text))
+        for index, match in enumerate(spans):
+            path = SOURCE_PATH.match(match.group(1).strip())
+            if not path or not path.group(1).startswith(SOURCE_ROOTS) or "*" in path.group(1):
+                continue
+            named = path.group(1).rstrip("/")
+            line = text.count("\n", 0, match.start()) + 1
+            if named not in self.files and named not in self.folders:
+                self.problems.append(f"{source}:{line}: `{match.group(1)}`: no such file or folder in the repository")
+                continue
+            if named.endswith(".rs"):
+                self.check_functions(source, line, named, spans[index + 1:], text, match.end())
+
+    def check_functions(self, source, line, named, following, text, end):
+        """The function-name spans that follow `named`, separated only by spaces and commas."""
+        with open(os.path.join(self.root, named), encoding="utf-8") as f:
+            code = f.read()
+        for match in following:
+            if text[end:match.start()].strip(" ,\n") or not FUNCTION_NAME.match(match.group(1)):
+                return
+            name = match.group(1)
+            if not re.search(rf"\bfn {re.escape(name)}\b", code):
+                self.problems.append(f"{source}:{line}: `{named}` `{name}`: no function {name} in {named}")
+            end = match.end()
+
     def check_file(self, source):
         with open(os.path.join(self.root, source), encoding="utf-8") as f:
             raw = f.read()
@@ -249,6 +287,7 @@ class Checker:
                 name = " ".join(match.group(1).lower().split())
                 definitions[name] = True
                 self.check(source, number, match.group(2).strip("<>"))
+        self.check_source_paths(source, blank_fences(raw))
         for offset, target, closed in inline_links(text):
             if closed:
                 self.check(source, line_of(offset), target)

@@ -9,7 +9,7 @@
 use crate::api::StatefulStreamJob;
 use crate::controller::reconcile::{FINALIZER, reconcile};
 use crate::controller::{Context, Settings};
-use crate::metrics::Metrics;
+use crate::telemetry::metrics::Metrics;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::events::Reporter;

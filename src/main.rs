@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use streamkeeper::controller::{Context, Settings};
 use streamkeeper::leader::{LeaderElector, LeaseSettings, Lost};
-use streamkeeper::leadership::{Leadership, leader_only_client};
-use streamkeeper::metrics::Metrics;
+use streamkeeper::leader::{Leadership, leader_only_client};
+use streamkeeper::telemetry::metrics::Metrics;
 use tokio::sync::watch;
 
 /// Kubernetes operator for exactly-once stateful stream jobs (StatefulStreamJob, streamkeeper.dev/v1alpha1).
@@ -105,6 +105,13 @@ struct RunArgs {
     /// Seconds a worker may take to answer the final checkpoint request before a suspend.
     #[arg(long, default_value_t = 60)]
     final_checkpoint_timeout_seconds: u64,
+    /// This cluster's name, a DNS label, when several clusters share one Kafka or one S3 bucket
+    /// (a disaster-recovery pair, staging beside production): it becomes part of every
+    /// transactional id, consumer group, default topic name and S3 prefix the operator derives
+    /// from a job, so same-named jobs of two clusters share none. Empty (the default) keeps the
+    /// ids of a single cluster. Set it at install: changing it gives every job new ids.
+    #[arg(long, env = "STREAMKEEPER_CLUSTER_NAME", default_value = "", value_parser = cluster_name)]
+    cluster_name: String,
     /// Jobs reconciled at the same time; each reconcile talks to the apiserver, Kafka, S3 and
     /// the job's workers, so this bounds the load a mass restart puts on them (0: no limit).
     #[arg(
@@ -144,7 +151,7 @@ enum RunError {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Crd => match streamkeeper::crd::crd_yaml() {
+        Command::Crd => match streamkeeper::api::crd::crd_yaml() {
             Ok(yaml) => {
                 print!("{yaml}");
                 ExitCode::SUCCESS
@@ -237,7 +244,7 @@ async fn termination_signal() {
 
 async fn bench(args: BenchArgs) -> Result<(), String> {
     let client = Client::try_default().await.map_err(|e| e.to_string())?;
-    let kafka = streamkeeper::kafka_admin::KafkaAdmin::connect(&args.bootstrap, None)
+    let kafka = streamkeeper::adapters::kafka_admin::KafkaAdmin::connect(&args.bootstrap, None)
         .map_err(|e| e.to_string())?;
     if kafka
         .topic(&args.input_topic)
@@ -245,7 +252,7 @@ async fn bench(args: BenchArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .is_none()
     {
-        let topic = streamkeeper::kafka_admin::DesiredTopic {
+        let topic = streamkeeper::adapters::kafka_admin::DesiredTopic {
             name: args.input_topic.clone(),
             partitions: 3,
             replication_factor: None,
@@ -301,13 +308,16 @@ async fn run(args: RunArgs) -> Result<(), RunError> {
         let _ = stop_sender.send(true);
     });
 
-    let (bound, server) =
-        streamkeeper::http::serve(args.metrics_addr, Arc::clone(&metrics), fired(stop.clone()))
-            .await
-            .map_err(|source| RunError::Metrics {
-                addr: args.metrics_addr,
-                source,
-            })?;
+    let (bound, server) = streamkeeper::telemetry::http::serve(
+        args.metrics_addr,
+        Arc::clone(&metrics),
+        fired(stop.clone()),
+    )
+    .await
+    .map_err(|source| RunError::Metrics {
+        addr: args.metrics_addr,
+        source,
+    })?;
     tracing::info!(address = %bound, "serving /metrics and /healthz");
     let server = tokio::spawn(server);
 
@@ -354,6 +364,7 @@ async fn lead(
         controller: "streamkeeper-operator".into(),
         instance: Some(identity),
     };
+    let cluster_id = cluster_id(&client).await;
     let ctx = Arc::new(
         Context::new(
             client,
@@ -363,6 +374,8 @@ async fn lead(
                 final_checkpoint_timeout: Duration::from_secs(
                     args.final_checkpoint_timeout_seconds,
                 ),
+                cluster: Some(args.cluster_name.clone()).filter(|name| !name.is_empty()),
+                cluster_id,
             },
         )
         .with_leadership(elector.leadership().clone()),
@@ -389,4 +402,25 @@ async fn lead(
         tracing::info!("released the leader Lease");
     }
     Ok(())
+}
+
+/// `--cluster-name`: empty, or a DNS label (it goes into Kafka ids, topic names and S3 keys).
+fn cluster_name(text: &str) -> Result<String, String> {
+    streamkeeper::k8s::names::check_cluster_name(text).map(|()| text.to_string())
+}
+
+/// This cluster's id for the jobs' S3 owner markers: the `kube-system` namespace's uid, which no
+/// other cluster shares. `None` (logged) when the operator may not read it (the chart grants it
+/// with a ClusterRole only, not with `watchNamespace`): the markers then tell clusters apart by
+/// `--cluster-name` alone.
+async fn cluster_id(client: &Client) -> Option<String> {
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(client.clone());
+    match namespaces.get("kube-system").await {
+        Ok(namespace) => namespace.metadata.uid,
+        Err(error) => {
+            tracing::warn!(%error, "cannot read the kube-system namespace: the S3 owner markers name this cluster by --cluster-name only");
+            None
+        }
+    }
 }

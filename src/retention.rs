@@ -93,6 +93,15 @@ pub enum RetentionViolation {
          partition i, so the counts must be equal"
     )]
     PartitionMismatch { changelog: i32, input: i32 },
+    #[error(
+        "changelog topic {topic} is already the changelog of job {owner}{why}: two jobs writing one changelog \
+         would fence each other's transactions and mix their state; name another spec.kafka.changelogTopic"
+    )]
+    ChangelogClaimed {
+        topic: String,
+        owner: String,
+        why: &'static str,
+    },
     #[error("topic config {key}={value:?} is not a number of {unit}")]
     InvalidTopicConfig {
         key: &'static str,
@@ -111,6 +120,7 @@ impl RetentionViolation {
             RetentionViolation::NotCompacted { .. } => reasons::NOT_COMPACTED,
             RetentionViolation::ChangelogDeletesKeys { .. } => reasons::CHANGELOG_DELETES_KEYS,
             RetentionViolation::PartitionMismatch { .. } => reasons::PARTITION_MISMATCH,
+            RetentionViolation::ChangelogClaimed { .. } => reasons::CHANGELOG_CLAIMED,
             RetentionViolation::InvalidTopicConfig { .. } => reasons::INVALID_TOPIC_CONFIG,
         }
     }

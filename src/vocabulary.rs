@@ -63,6 +63,7 @@ pub mod reasons {
     pub const NOT_COMPACTED: &str = "NotCompacted";
     pub const CHANGELOG_DELETES_KEYS: &str = "ChangelogDeletesKeys";
     pub const PARTITION_MISMATCH: &str = "PartitionMismatch";
+    pub const CHANGELOG_CLAIMED: &str = "ChangelogClaimed";
     pub const KAFKA_UNAVAILABLE: &str = "KafkaUnavailable";
     pub const KAFKA_CREDENTIALS: &str = "KafkaCredentialsUnavailable";
     pub const KAFKA_REFUSED: &str = "KafkaRefused";
@@ -78,8 +79,9 @@ pub mod reasons {
 
     /// Every reason an error's `category()` returns: the operator's error counter starts each at
     /// 0 (a category missing here only appears at its first error).
-    pub const ERROR_CATEGORIES: [&str; 17] = [
+    pub const ERROR_CATEGORIES: [&str; 18] = [
         API_ERROR,
+        CHANGELOG_CLAIMED,
         CHANGELOG_DELETES_KEYS,
         CHECKPOINT_TOO_OLD,
         FOREIGN_OBJECT,
@@ -116,6 +118,8 @@ pub mod reasons {
     pub const CLEANED_UP: &str = "CleanedUp";
     pub const STOPPING_WORKERS: &str = "StoppingWorkers";
     pub const TOPICS_KEPT: &str = "TopicsKept";
+    /// A deleted job's S3 prefix holds no owner marker naming it: its objects are left alone.
+    pub const CHECKPOINTS_KEPT: &str = "CheckpointsKept";
     /// A worker pod refused the assignment (its worker token differs, say): its tasks cannot
     /// move until it takes one.
     pub const ASSIGNMENT_REFUSED: &str = "AssignmentRefused";

@@ -344,7 +344,7 @@ fn worker_pod(namespace: &str) -> Pod {
     let mut job: StatefulStreamJob = serde_yaml_ng::from_str(&example).unwrap();
     job.metadata.namespace = Some(namespace.into());
     job.metadata.uid = Some("0e5c1a7d-3f0b-4c55-9a52-1b2f5e6a7c80".into());
-    let validated = streamkeeper::controller::validate(&job).expect("the example is valid");
+    let validated = streamkeeper::controller::validate(&job, None).expect("the example is valid");
     let desired = streamkeeper::controller::build(
         &validated,
         &streamkeeper::controller::Facts {

@@ -18,7 +18,6 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use operator_support::cards::*;
-use operator_support::process;
 use operator_support::{support, *};
 use std::path::Path;
 use std::process::Command;
@@ -79,7 +78,7 @@ fn helm_in(namespace: &str, args: &[&str]) -> String {
 
 /// Waits up to [`WAIT`] until `check` gives a value.
 async fn wait_until<T>(what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
-    process::wait_for(what, WAIT, check).await
+    operator_support::support::wait_until(what, WAIT, check).await
 }
 
 /// The Lease holder, once it is one of the Running pods of the operator Deployment.

@@ -18,8 +18,8 @@ use kube::{Client, Config};
 use operator_support::{support, *};
 use std::process::Command;
 use streamkeeper::api::StatefulStreamJob;
+use streamkeeper::leader::Leadership;
 use streamkeeper::leader::{LeaderElector, LeaseSettings};
-use streamkeeper::leadership::Leadership;
 
 /// The chart's ServiceAccount and RBAC for `release` in `namespace`, applied for real (the
 /// default values: a ClusterRole), and deleted again when dropped.

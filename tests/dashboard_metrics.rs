@@ -170,7 +170,7 @@ fn dashboard_names() -> BTreeSet<String> {
 
 #[test]
 fn every_metric_the_dashboard_names_is_exported_by_the_operator_or_the_worker() {
-    let operator = streamkeeper::metrics::Metrics::new();
+    let operator = streamkeeper::telemetry::metrics::Metrics::new();
     let worker = streamkeeper_worker::metrics::WorkerMetrics::new();
     let exported: BTreeSet<String> = exported_series(operator.families())
         .into_iter()
@@ -226,7 +226,7 @@ fn the_families_listed_are_the_ones_served_once_sampled() {
     );
     let listed = exported_series(worker.families());
     assert!(listed.contains("streamkeeper_task_phase_transitions_total"));
-    let operator = streamkeeper::metrics::Metrics::new();
+    let operator = streamkeeper::telemetry::metrics::Metrics::new();
     // Its two labelled families get a sample; the rest are plain metrics, always served.
     operator.reconcile_started().done(Some("KafkaUnavailable"));
     let text = operator.encode();

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use streamkeeper::controller::names;
+use streamkeeper::k8s::names;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 

@@ -17,7 +17,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
-use operator_support::process::wait_for;
+use operator_support::support::wait_until;
 use operator_support::{support, *};
 use streamkeeper::api::{JobPhase, StatefulStreamJob};
 use streamkeeper::controller::{Facts, build, validate};
@@ -71,7 +71,7 @@ async fn apply_creates_every_object_updates_them_and_a_no_op_writes_nothing() {
     // Every object exists with the fields the pure builders produce.
     let stored = s.jobs.get(name).await.unwrap();
     let desired = build(
-        &validate(&stored).unwrap(),
+        &validate(&stored, None).unwrap(),
         &Facts {
             input_partitions: 3,
             pods_kept: None,
@@ -159,7 +159,7 @@ async fn apply_creates_every_object_updates_them_and_a_no_op_writes_nothing() {
             .is_none()
     );
     let pods: Api<Pod> = Api::namespaced(s.client.clone(), &s.namespace);
-    let admitted = wait_for("the StatefulSet's pods", TIMEOUT, async || {
+    let admitted = wait_until("the StatefulSet's pods", TIMEOUT, async || {
         let list = pods.list(&ListParams::default()).await.ok()?;
         (list.items.len() == 2).then_some(list.items)
     })
@@ -254,7 +254,7 @@ async fn apply_creates_every_object_updates_them_and_a_no_op_writes_nothing() {
     // The StatefulSet controller writes the StatefulSet's status on its own: wait until it has
     // seen this generation and created every pod, so its writes do not count as ours.
     let sets: Api<StatefulSet> = Api::namespaced(s.client.clone(), &s.namespace);
-    wait_for(
+    wait_until(
         "the StatefulSet controller to settle",
         TIMEOUT,
         async || {
@@ -437,4 +437,42 @@ async fn kafka_tls_and_sasl_credentials_come_from_secrets() {
     );
 
     delete_namespace(&s.client, &s.namespace).await;
+}
+
+#[tokio::test]
+async fn a_cluster_name_is_part_of_every_id_and_default_topic_the_job_gets() {
+    let s = setup("op-cluster", &[("retention.ms", "604800000")]).await;
+    let ctx = context_in_cluster(&s.client, Some("east"));
+    let name = "counts";
+    s.jobs
+        .create(&PostParams::default(), &job(name, &s.input, &s.prefix))
+        .await
+        .unwrap();
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+
+    let config_maps: Api<ConfigMap> = Api::namespaced(s.client.clone(), &s.namespace);
+    let config_map = config_maps
+        .get(&format!("{name}-worker-config"))
+        .await
+        .unwrap();
+    let text = &config_map.data.unwrap()[streamkeeper::k8s::names::WORKER_CONFIG_KEY];
+    let config = streamkeeper_contract::WorkerConfig::from_yaml(text).unwrap();
+    let stem = format!("east.{}.{name}", s.namespace);
+    assert_eq!(config.job.cluster.as_deref(), Some("east"));
+    assert_eq!(config.job.transactional_id(0), format!("{stem}.task-0"));
+    assert_eq!(config.job.group_id(), stem);
+    assert_eq!(config.kafka.changelog_topic, format!("{stem}.changelog"));
+    assert_eq!(config.kafka.dead_letter_topic, format!("{stem}.dlq"));
+    // The operator created the changelog under that name, in the real broker.
+    let stored = s.jobs.get(name).await.unwrap();
+    let created = stored.status.unwrap().created_topics;
+    assert!(
+        created.contains_key(&format!("{stem}.changelog")),
+        "{created:?}"
+    );
+    let (partitions, config) = describe_topic(&format!("{stem}.changelog"))
+        .await
+        .expect("the changelog exists in the broker");
+    assert_eq!(partitions, 3, "one changelog partition per input partition");
+    assert_eq!(config["cleanup.policy"], "compact");
 }

@@ -237,7 +237,7 @@ fn producer_epoch(transactional_id: &str) -> i64 {
 /// How often task `task` entered the Fenced phase on the worker at `ip` since it started there
 /// (`streamkeeper_task_phase_transitions_total`); `None` while the worker does not answer.
 async fn fenced_count(ip: &str, task: u32) -> Option<f64> {
-    let answer = operator_support::http_get(&format!("{ip}:8080"), "/metrics").await?;
+    let answer = operator_support::metrics_text(&format!("{ip}:8080")).await?;
     let series =
         format!("streamkeeper_task_phase_transitions_total{{task=\"{task}\",phase=\"Fenced\"}}");
     answer

@@ -229,14 +229,13 @@ async fn a_lost_stored_assignment_is_replaced_above_the_generation_the_workers_r
     let producing = produce_in_background(&system.input, 2_000, 10);
     system.fail_owner_of(1, "KILL").await;
     producing.finish();
-    let before = system.settled(1).await;
+    system.settled(1).await;
+    // The document the settled state was read from may not be the last: the killed pod
+    // returns and may be handed tasks back. Wait for the one every worker recorded.
+    let before = system
+        .recorded_by_every_worker("the workers recorded the stored generation", 3)
+        .await;
     assert!(before.generation > 1, "{before:?}");
-    wait_until("the workers recorded the stored generation", async || {
-        let recorded = system.recorded_generations().await;
-        (recorded.len() == 3 && recorded.values().all(|g| *g == Some(before.generation)))
-            .then_some(())
-    })
-    .await;
 
     let maps: Api<ConfigMap> = Api::namespaced(system.client.clone(), &system.namespace);
     let name = format!("{}-assignment", system.name);
@@ -246,13 +245,9 @@ async fn a_lost_stored_assignment_is_replaced_above_the_generation_the_workers_r
         .unwrap();
     system.restart_operator();
 
-    let after = wait_until("a new document the workers act on", async || {
-        let document = system.document().await?;
-        let recorded = system.recorded_generations().await;
-        (recorded.len() == 3 && recorded.values().all(|g| *g == Some(document.generation)))
-            .then_some(document)
-    })
-    .await;
+    let after = system
+        .recorded_by_every_worker("a new document the workers act on", 3)
+        .await;
     eprintln!(
         "stored generation {} lost; the new leader wrote {}",
         before.generation, after.generation

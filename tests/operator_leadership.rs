@@ -9,7 +9,8 @@ mod operator_support;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use operator_support::process::{Operator, holder, wait_for};
+use operator_support::process::{Operator, holder};
+use operator_support::support::wait_until;
 use operator_support::{support, *};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -37,7 +38,7 @@ async fn read_head(stream: &mut tokio::net::TcpStream) -> String {
 
 impl HeldWorker {
     async fn start() -> Self {
-        let port = u16::try_from(streamkeeper::controller::names::HTTP_PORT).unwrap();
+        let port = u16::try_from(streamkeeper::k8s::names::HTTP_PORT).unwrap();
         let mut listener = None;
         for x in 2..250u8 {
             if let Ok(bound) = tokio::net::TcpListener::bind(format!("127.0.3.{x}:{port}")).await {
@@ -118,14 +119,14 @@ async fn a_frozen_leader_writes_nothing_after_the_new_leader_started() {
     // A long final-checkpoint timeout: the held request must still be waited for on waking.
     let slow = ["--final-checkpoint-timeout-seconds", "600"];
     let a = Operator::start_with(&namespace, "operator-a", dir.path(), &slow);
-    wait_for("operator-a to lead", TIMEOUT, async || {
+    wait_until("operator-a to lead", TIMEOUT, async || {
         (holder(&leases).await.as_deref() == Some("operator-a")).then_some(())
     })
     .await;
     let b = Operator::start_with(&namespace, "operator-b", dir.path(), &slow);
 
     // The worker pod gets the stand-in's address (no kubelet here gives it one).
-    wait_for("the worker pod", CONTROLLER_TIMEOUT, async || {
+    wait_until("the worker pod", CONTROLLER_TIMEOUT, async || {
         pods.get_opt("counts-0").await.unwrap()
     })
     .await;
@@ -152,14 +153,14 @@ async fn a_frozen_leader_writes_nothing_after_the_new_leader_started() {
 
     // B takes over once A's record has not changed for the lease duration, and does the suspend
     // itself; then the job is resumed, so the StatefulSet is scaled up again by B.
-    wait_for(
+    wait_until(
         "operator-b to take over",
         Duration::from_secs(60),
         async || (holder(&leases).await.as_deref() == Some("operator-b")).then_some(()),
     )
     .await;
     let takeover = frozen.elapsed();
-    wait_for("operator-b's suspend", CONTROLLER_TIMEOUT, async || {
+    wait_until("operator-b's suspend", CONTROLLER_TIMEOUT, async || {
         (replicas(&sets, name).await == Some(0)).then_some(())
     })
     .await;
@@ -170,7 +171,7 @@ async fn a_frozen_leader_writes_nothing_after_the_new_leader_started() {
     )
     .await
     .unwrap();
-    wait_for("operator-b's resume", CONTROLLER_TIMEOUT, async || {
+    wait_until("operator-b's resume", CONTROLLER_TIMEOUT, async || {
         (replicas(&sets, name).await == Some(1)).then_some(())
     })
     .await;
@@ -188,7 +189,7 @@ async fn a_frozen_leader_writes_nothing_after_the_new_leader_started() {
     a.signal("-CONT");
     let woke = tokio::time::Instant::now();
     let mut a = a;
-    let status = wait_for("operator-a to exit", Duration::from_secs(90), async || {
+    let status = wait_until("operator-a to exit", Duration::from_secs(90), async || {
         a.child.try_wait().unwrap()
     })
     .await;
@@ -325,7 +326,7 @@ async fn a_leader_cut_off_from_the_apiserver_stops_within_the_renew_deadline() {
         &[],
         &[("KUBECONFIG", kubeconfig.as_path())],
     );
-    wait_for("the operator to lead", TIMEOUT, async || {
+    wait_until("the operator to lead", TIMEOUT, async || {
         (holder(&leases).await.as_deref() == Some("operator-cut-off")).then_some(())
     })
     .await;
@@ -337,14 +338,14 @@ async fn a_leader_cut_off_from_the_apiserver_stops_within_the_renew_deadline() {
             .map(|time| time.0)
     };
     let first = renewed(leases.get_opt("streamkeeper-operator").await.unwrap());
-    wait_for("a renewal through the relay", TIMEOUT, async || {
+    wait_until("a renewal through the relay", TIMEOUT, async || {
         let now = renewed(leases.get_opt("streamkeeper-operator").await.unwrap());
         (now != first).then_some(())
     })
     .await;
     relay.swallow();
     let cut = tokio::time::Instant::now();
-    let status = wait_for(
+    let status = wait_until(
         "the cut-off leader to exit",
         Duration::from_secs(30),
         async || operator.child.try_wait().unwrap(),
@@ -368,7 +369,7 @@ async fn a_leader_cut_off_from_the_apiserver_stops_within_the_renew_deadline() {
 #[tokio::test]
 async fn writes_are_refused_unsent_once_the_renew_deadline_passed_and_reads_go_on() {
     use k8s_openapi::api::core::v1::ConfigMap;
-    use streamkeeper::leadership::{Leadership, leader_only_client};
+    use streamkeeper::leader::{Leadership, leader_only_client};
     let client = client().await;
     let namespace = namespace(&client, "op-guard").await;
     let leadership = Leadership::elected();
@@ -383,7 +384,7 @@ async fn writes_are_refused_unsent_once_the_renew_deadline_passed_and_reads_go_o
         .create(&PostParams::default(), &map("while-leading"))
         .await
         .expect("a write before the deadline is sent");
-    wait_for("the renew deadline to pass", TIMEOUT, async || {
+    wait_until("the renew deadline to pass", TIMEOUT, async || {
         leadership.check().is_err().then_some(())
     })
     .await;

@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use operator_support::checkpoints::{manifest, now_ms, put_manifest};
+use operator_support::checkpoints::{manifest, now_ms, put_manifest, put_owner_marker};
 use operator_support::{support, *};
 use std::time::Duration;
 use streamkeeper::api::{JobPhase, StatefulStreamJob};
@@ -206,14 +206,11 @@ async fn deletion_retains_or_deletes_changelog_and_checkpoints() {
             .await
             .is_some()
     );
-    assert_eq!(
-        s3_keys(&format!("{}/{}/{kept}/", s.prefix, s.namespace))
-            .await
-            .len(),
-        1
-    );
+    let kept_keys = s3_keys(&format!("{}/{}/{kept}/", s.prefix, s.namespace)).await;
+    assert_eq!(kept_keys.len(), 2, "the checkpoint and the owner marker");
 
-    // Delete: topics and every object under the job's prefix go; another job's objects stay.
+    // Delete: topics and every checkpoint object of the job go; another job's objects stay, also
+    // one whose folder lies inside this job's.
     let gone = "gone";
     let mut spec = job(gone, &s.input, &s.prefix);
     spec.spec.deletion_policy = streamkeeper::api::DeletionPolicy::Delete;
@@ -228,11 +225,22 @@ async fn deletion_retains_or_deletes_changelog_and_checkpoints() {
         )
         .await;
     }
+    // Job `gone/nested` under the prefix `<prefix>/<namespace>`: its folder lies inside this
+    // job's (the prefix is free), and it must survive this job's deletion.
+    let nested_prefix = format!("{}/{}", s.prefix, s.namespace);
+    put_manifest(
+        &nested_prefix,
+        gone,
+        "nested",
+        &manifest(0, 1, 0, now_ms(), 0),
+    )
+    .await;
     assert_eq!(
         s3_keys(&format!("{}/{}/{gone}/", s.prefix, s.namespace))
             .await
             .len(),
-        3
+        5,
+        "three checkpoints, the nested job's and the owner marker"
     );
     delete_and_reconcile(&ctx, &s.jobs, gone).await;
     assert!(
@@ -245,17 +253,61 @@ async fn deletion_retains_or_deletes_changelog_and_checkpoints() {
             .await
             .is_none()
     );
-    assert!(
-        s3_keys(&format!("{}/{}/{gone}/", s.prefix, s.namespace))
-            .await
-            .is_empty()
+    let left = s3_keys(&format!("{}/{}/{gone}/", s.prefix, s.namespace)).await;
+    assert_eq!(
+        left,
+        [format!(
+            "{}/{}/{gone}/nested/task-0/checkpoints/00000000000000000001.json",
+            s.prefix, s.namespace
+        )],
+        "only the nested job's checkpoint is left"
     );
     assert_eq!(
-        s3_keys(&format!("{}/{}/{kept}/", s.prefix, s.namespace))
-            .await
-            .len(),
-        1
+        s3_keys(&format!("{}/{}/{kept}/", s.prefix, s.namespace)).await,
+        kept_keys
     );
+
+    // Delete, but the prefix's owner marker names the same job of another cluster (two clusters
+    // sharing the bucket, no cluster name): its objects are not this job's to delete.
+    let shared = "shared";
+    let mut spec = job(shared, &s.input, &s.prefix);
+    spec.spec.deletion_policy = streamkeeper::api::DeletionPolicy::Delete;
+    s.jobs.create(&PostParams::default(), &spec).await.unwrap();
+    reconcile_once(&ctx, &s.jobs, shared).await.unwrap();
+    put_manifest(
+        &s.prefix,
+        &s.namespace,
+        shared,
+        &manifest(0, 1, 0, now_ms(), 0),
+    )
+    .await;
+    let shared_prefix = format!("{}/{}/{shared}/", s.prefix, s.namespace);
+    put_owner_marker(
+        &shared_prefix,
+        &s.namespace,
+        shared,
+        Some("another-cluster"),
+    )
+    .await;
+    delete_and_reconcile(&ctx, &s.jobs, shared).await;
+    assert_eq!(
+        s3_keys(&shared_prefix).await.len(),
+        2,
+        "the other cluster's checkpoint and marker stay"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(s.client.clone(), &s.namespace);
+    let kept_event = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("CheckpointsKept"))
+        .expect("a CheckpointsKept Event");
+    let note = kept_event.note.unwrap_or_default();
+    assert!(note.contains("another-cluster"), "{note}");
+    assert_eq!(kept_event.type_.as_deref(), Some("Warning"));
 
     delete_namespace(&s.client, &s.namespace).await;
 }

@@ -8,7 +8,8 @@ mod operator_support;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use operator_support::process::{Operator, holder, wait_for};
+use operator_support::process::{Operator, holder};
+use operator_support::support::wait_until;
 use operator_support::{support, *};
 use std::process::Command;
 use std::time::Duration;
@@ -36,7 +37,7 @@ async fn two_operators_elect_one_leader_and_the_other_takes_over() {
     ];
 
     // Exactly one leads, and stays the leader while it renews.
-    let first = wait_for("a leader", TIMEOUT, async || holder(&leases).await).await;
+    let first = wait_until("a leader", TIMEOUT, async || holder(&leases).await).await;
     // It stays the leader across renewals: wait for two, the holder unchanged.
     let renewed_at = async || {
         let lease = leases.get("streamkeeper-operator").await.ok()?;
@@ -46,7 +47,7 @@ async fn two_operators_elect_one_leader_and_the_other_takes_over() {
     let (_, start) = renewed_at().await.unwrap();
     let mut renewals = 0;
     let mut last = start;
-    wait_for("two renewals by the same leader", TIMEOUT, async || {
+    wait_until("two renewals by the same leader", TIMEOUT, async || {
         let (holder, at) = renewed_at().await?;
         assert_eq!(holder, first, "the leader changed while renewing");
         if at != last {
@@ -65,7 +66,7 @@ async fn two_operators_elect_one_leader_and_the_other_takes_over() {
     assert_eq!(leading, [first.as_str()], "exactly one process leads");
 
     // The leader reconciles through its Controller: status and objects appear.
-    wait_for("the leader's first status", TIMEOUT, async || {
+    wait_until("the leader's first status", TIMEOUT, async || {
         let job = jobs.get(name).await.unwrap();
         job.status
             .and_then(|s| s.observed_generation)
@@ -82,7 +83,7 @@ async fn two_operators_elect_one_leader_and_the_other_takes_over() {
     let address = operators[leader_index]
         .metrics_address()
         .expect("metrics address logged");
-    let metrics = http_get(&address, "/metrics").await.unwrap();
+    let metrics = metrics_text(&address).await.unwrap();
     assert!(
         metrics.contains("streamkeeper_operator_leader 1"),
         "{metrics}"
@@ -99,12 +100,12 @@ async fn two_operators_elect_one_leader_and_the_other_takes_over() {
     // kill -9 the leader: the other takes over once the Lease has gone stale.
     let killed = operators.remove(leader_index);
     drop(killed);
-    let second = wait_for("a new leader", Duration::from_secs(30), async || {
+    let second = wait_until("a new leader", Duration::from_secs(30), async || {
         holder(&leases).await.filter(|h| *h != first)
     })
     .await;
     assert_eq!(second, operators[0].identity);
-    wait_for(
+    wait_until(
         "the new leader's log",
         Duration::from_secs(10),
         async || operators[0].leads().then_some(()),
@@ -119,7 +120,7 @@ async fn two_operators_elect_one_leader_and_the_other_takes_over() {
     )
     .await
     .unwrap();
-    wait_for(
+    wait_until(
         "replicas 3 applied by the new leader",
         TIMEOUT,
         async || {
@@ -133,7 +134,7 @@ async fn two_operators_elect_one_leader_and_the_other_takes_over() {
     let pid = operators[0].child.id().to_string();
     let signalled = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(signalled.success());
-    let status = wait_for("the process to exit", TIMEOUT, async || {
+    let status = wait_until("the process to exit", TIMEOUT, async || {
         operators[0].child.try_wait().unwrap()
     })
     .await;

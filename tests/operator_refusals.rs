@@ -1,7 +1,7 @@
 //! What the operator refuses, against the real kube-apiserver and Kafka: a changelog that is not
-//! compacted or has the wrong partition count, a checkpoint interval that does not fit the input's
-//! retention (with the numbers), and an unreachable broker (a condition and an error, not a
-//! crash). Nothing starts while a refusal stands.
+//! compacted or has the wrong partition count, a changelog another job writes, a checkpoint interval that does not fit the input's
+//! retention (with the numbers), an S3 prefix another cluster's job holds, and an unreachable
+//! broker (a condition and an error, not a crash). Nothing starts while a refusal stands.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod operator_support;
@@ -70,6 +70,53 @@ async fn a_changelog_without_compaction_is_refused_and_nothing_starts() {
     let job = s.jobs.get(other).await.unwrap();
     assert_eq!(condition(&job, "Invalid").reason, "PartitionMismatch");
     assert!(sets.get_opt(other).await.unwrap().is_none());
+
+    delete_namespace(&s.client, &s.namespace).await;
+}
+
+#[tokio::test]
+async fn a_changelog_another_job_writes_is_refused_to_the_newer_job() {
+    let s = setup("op-claimed", &[]).await;
+    let ctx = context(&s.client);
+    let sets: Api<StatefulSet> = Api::namespaced(s.client.clone(), &s.namespace);
+    let first = "first";
+    s.jobs
+        .create(&PostParams::default(), &job(first, &s.input, &s.prefix))
+        .await
+        .unwrap();
+    reconcile_once(&ctx, &s.jobs, first).await.unwrap();
+    let changelog = format!("{}.{first}.changelog", s.namespace);
+    assert_eq!(
+        condition(&s.jobs.get(first).await.unwrap(), "ChangelogReady").status,
+        "True"
+    );
+
+    // A second job naming the first one's changelog: refused, and nothing of it is applied.
+    let second = "second";
+    let mut spec = job(second, &s.input, &s.prefix);
+    spec.spec.kafka.changelog_topic = Some(changelog.clone());
+    s.jobs.create(&PostParams::default(), &spec).await.unwrap();
+    reconcile_once(&ctx, &s.jobs, second).await.unwrap();
+    let refused = s.jobs.get(second).await.unwrap();
+    let invalid = condition(&refused, "Invalid");
+    assert_eq!(
+        (invalid.status.as_str(), invalid.reason.as_str()),
+        ("True", "ChangelogClaimed")
+    );
+    let owner = format!("{}/{first}", s.namespace);
+    assert!(invalid.message.contains(&owner), "{}", invalid.message);
+    assert!(invalid.message.contains(&changelog), "{}", invalid.message);
+    assert_eq!(condition(&refused, "ChangelogReady").status, "False");
+    assert!(
+        sets.get_opt(second).await.unwrap().is_none(),
+        "no StatefulSet for the refused job"
+    );
+
+    // The first job goes on as before: the refusal is the newer job's alone.
+    reconcile_once(&ctx, &s.jobs, first).await.unwrap();
+    let kept = s.jobs.get(first).await.unwrap();
+    assert_eq!(condition(&kept, "ChangelogReady").status, "True");
+    assert_eq!(condition(&kept, "Invalid").status, "False");
 
     delete_namespace(&s.client, &s.namespace).await;
 }
@@ -164,6 +211,56 @@ async fn an_unreachable_broker_is_a_condition_and_an_error_not_a_crash() {
     reconcile_once(&ctx, &s.jobs, name).await.unwrap();
     let job = s.jobs.get(name).await.unwrap();
     assert_eq!(condition(&job, "ChangelogReady").status, "True");
+
+    delete_namespace(&s.client, &s.namespace).await;
+}
+
+#[tokio::test]
+async fn a_prefix_another_clusters_job_holds_is_refused_until_its_marker_is_gone() {
+    let s = setup("op-prefix", &[]).await;
+    let ctx = context(&s.client);
+    let name = "counts";
+    // The same namespace and job name in another cluster sharing the bucket (no cluster name).
+    let job_prefix = format!("{}/{}/{name}/", s.prefix, s.namespace);
+    checkpoints::put_owner_marker(&job_prefix, &s.namespace, name, Some("another-cluster")).await;
+    s.jobs
+        .create(&PostParams::default(), &job(name, &s.input, &s.prefix))
+        .await
+        .unwrap();
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    let refused = s.jobs.get(name).await.unwrap();
+    let ready = condition(&refused, "Ready");
+    assert_eq!(ready.status, "False");
+    assert_eq!(ready.reason, "ForeignObject");
+    for part in [
+        "streamkeeper-job.json",
+        "another-cluster",
+        "uid-of-the-other-clusters-job",
+    ] {
+        assert!(ready.message.contains(part), "{part}: {}", ready.message);
+    }
+    let sets: Api<StatefulSet> = Api::namespaced(s.client.clone(), &s.namespace);
+    assert!(
+        sets.get_opt(name).await.unwrap().is_none(),
+        "nothing starts"
+    );
+
+    // The other cluster's job is gone for good and its marker deleted: this job claims the prefix.
+    s3_client()
+        .delete_object()
+        .bucket(support::s3_settings().bucket)
+        .key(format!("{job_prefix}streamkeeper-job.json"))
+        .send()
+        .await
+        .unwrap();
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    assert!(sets.get_opt(name).await.unwrap().is_some());
+    let marker = checkpoints::owner_marker(&job_prefix).await;
+    assert_eq!(marker.cluster_id.as_deref(), Some(TEST_CLUSTER_ID));
+    assert_eq!(
+        Some(marker.uid),
+        s.jobs.get(name).await.unwrap().metadata.uid
+    );
 
     delete_namespace(&s.client, &s.namespace).await;
 }

@@ -10,7 +10,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use operator_support::{support, *};
 use streamkeeper::api::{KafkaSaslSpec, KafkaTlsSpec, SaslMechanism, StatefulStreamJob};
-use streamkeeper::controller::{conditions, validate};
+use streamkeeper::controller::judge::conditions;
+use streamkeeper::controller::validate;
 
 type Edit = Box<dyn Fn(&mut StatefulStreamJob)>;
 
@@ -116,7 +117,7 @@ async fn the_apiserver_refuses_what_the_operator_and_worker_refuse_naming_the_fi
         assert!(message.contains(field), "case {index}: {message}");
         // The operator's check (the contract's rules) refuses it too, naming the same field.
         job.metadata.uid = Some("00000000-0000-0000-0000-000000000000".into());
-        let error = validate::validate(&job).expect_err("the operator refuses it too");
+        let error = validate::validate(&job, None).expect_err("the operator refuses it too");
         assert_eq!(error.field(), *field, "case {index}: {error}");
     }
 

@@ -106,18 +106,7 @@ async fn manifests(prefix: &str, namespace: &str, job: &str) -> Vec<CheckpointMa
             .await
             .unwrap();
         for object in listed.contents() {
-            let body = s3
-                .get_object()
-                .bucket(&bucket)
-                .key(object.key().unwrap())
-                .send()
-                .await
-                .unwrap()
-                .body
-                .collect()
-                .await
-                .unwrap()
-                .into_bytes();
+            let body = operator_support::checkpoints::object_bytes(object.key().unwrap()).await;
             found.push(CheckpointManifest::from_json(&body).unwrap());
         }
     }
@@ -360,7 +349,7 @@ async fn the_operator_runs_real_workers_restores_on_request_and_suspends_with_a_
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &namespace);
-    let selector = streamkeeper::controller::labels::selector_string(name);
+    let selector = streamkeeper::k8s::labels::selector_string(name);
     let left = pods
         .list(&kube::api::ListParams::default().labels(&selector))
         .await

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use streamkeeper_contract::{
-    AssignmentDocument, AssignmentFacts, CopyLag, PodPlace, next_assignment,
+    AssignmentDocument, AssignmentInputs, CopyLag, PodPlace, next_assignment,
 };
 
 const NODES: usize = 200;
@@ -60,7 +60,7 @@ fn decide(
     current: Option<&AssignmentDocument>,
 ) -> (AssignmentDocument, Duration) {
     let started = Instant::now();
-    let doc = next_assignment(AssignmentFacts {
+    let doc = next_assignment(AssignmentInputs {
         tasks,
         pods,
         copies,

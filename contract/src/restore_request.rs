@@ -10,7 +10,9 @@
 //! discard the local state and restore the task from the named checkpoint (`latest`: the valid
 //! manifest with the highest changelog offset; a sequence: the manifest with that sequence), then
 //! replay from `source` (`changelog`: exact; `input`: reprocess the input from the checkpoint's
-//! input offset), then record the id so a later restart does a normal restore again.
+//! input offset), then record the id so a later restart does a normal restore again. With
+//! `adoptInput`, the restored state also forgets which input it was built from and its position
+//! in it, so the task reads the job's current input topic from its first record.
 
 use crate::{FormatError, Versioned};
 use serde::{Deserialize, Serialize};
@@ -28,6 +30,10 @@ pub struct RestoreRequestDocument {
     pub checkpoint: RestoreCheckpoint,
     /// Where the state after the checkpoint comes from.
     pub source: RestoreReplaySource,
+    /// Keep the state for the job's current input topic (`spec.restore.adoptInput`). Absent in
+    /// a request without it, so such requests read as they did before the field existed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopt_input: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,6 +48,15 @@ pub enum RestoreCheckpoint {
 pub enum RestoreReplaySource {
     Changelog,
     Input,
+}
+
+/// Why `adopt_input` cannot go with `source`, if it cannot: the rule of the operator's
+/// validation and of the worker's reading of the request.
+pub fn adoption_refused(adopt_input: bool, source: RestoreReplaySource) -> Option<&'static str> {
+    (adopt_input && source == RestoreReplaySource::Input).then_some(
+        "needs `source: changelog`: a replay from the input reads the old topic's offsets, \
+         which adopting the input discards",
+    )
 }
 
 impl Versioned for RestoreRequestDocument {
@@ -60,6 +75,13 @@ impl Versioned for RestoreRequestDocument {
                 reason: "must not be empty".into(),
             });
         }
+        if let Some(reason) = adoption_refused(self.adopt_input, self.source) {
+            return Err(FormatError::InvalidField {
+                format: Self::FORMAT,
+                field: "adoptInput".into(),
+                reason: reason.into(),
+            });
+        }
         Ok(())
     }
 }
@@ -76,6 +98,7 @@ mod tests {
                 id: "incident-17".into(),
                 checkpoint,
                 source: RestoreReplaySource::Input,
+                adopt_input: false,
             };
             let back = RestoreRequestDocument::from_json(&document.to_json()).unwrap();
             assert_eq!(back, document);
@@ -90,6 +113,29 @@ mod tests {
                 .checkpoint,
             RestoreCheckpoint::Latest
         );
+    }
+
+    #[test]
+    fn an_adopted_input_is_written_only_when_asked_and_needs_the_changelog() {
+        let mut document = RestoreRequestDocument {
+            version: 1,
+            id: "move".into(),
+            checkpoint: RestoreCheckpoint::Latest,
+            source: RestoreReplaySource::Changelog,
+            adopt_input: false,
+        };
+        let field = |document: &RestoreRequestDocument| {
+            let value: serde_json::Value = serde_json::from_slice(&document.to_json()).unwrap();
+            value.get("adoptInput").cloned()
+        };
+        assert_eq!(field(&document), None, "absent unless asked");
+        document.adopt_input = true;
+        assert_eq!(field(&document), Some(serde_json::Value::Bool(true)));
+        let text = document.to_json();
+        assert_eq!(RestoreRequestDocument::from_json(&text).unwrap(), document);
+        document.source = RestoreReplaySource::Input;
+        let error = RestoreRequestDocument::from_json(&document.to_json()).unwrap_err();
+        assert!(error.to_string().contains("adoptInput"), "{error}");
     }
 
     #[test]

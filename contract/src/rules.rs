@@ -8,9 +8,10 @@
 //! the worker config, so each side names it the way its reader writes it.
 
 use crate::duration::format_go_duration;
+use crate::version::{FormatError, Versioned};
 use crate::worker_config::{
-    KafkaSecurity, ProcessorConfig, ProcessorKind, RocksDbTuning, S3Config, WindowConfig,
-    WorkerConfig,
+    KafkaSecurity, ProcessorConfig, ProcessorKind, RocksDbTuning, S3Config, TRANSACTION_TIMEOUT,
+    WindowConfig, WorkerConfig,
 };
 use std::time::Duration;
 
@@ -34,10 +35,6 @@ pub const MAX_WINDOW_GRACE: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 /// Checkpoints more often than this spend the task's time uploading rather than processing.
 pub const MIN_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The worker's default `transaction.timeout.ms` (the operator always renders it): a
-/// transaction left open longer is aborted by the broker, so commits come at most every half
-/// of it.
-pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 pub const MIN_COMMIT_INTERVAL: Duration = Duration::from_millis(1);
 pub const MAX_COMMIT_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -467,6 +464,26 @@ pub fn s3_prefix(prefix: &str) -> Result<(), Violation> {
         ));
     }
     Ok(())
+}
+
+/// A worker config is read through the rules: its reader (`Versioned::from_json`/`from_yaml`)
+/// refuses a config that breaks one, naming the field as the worker config spells it.
+impl Versioned for WorkerConfig {
+    const FORMAT: &'static str = "worker config";
+    const VERSION: u32 = 1;
+
+    fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The shared rules, the same the operator checks a spec with.
+    fn check(&self) -> Result<(), FormatError> {
+        worker_config(self).map_err(|violation| FormatError::InvalidField {
+            format: Self::FORMAT,
+            field: violation.field.config_path().into(),
+            reason: violation.reason,
+        })
+    }
 }
 
 #[cfg(test)]

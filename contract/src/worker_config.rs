@@ -2,7 +2,6 @@
 //! The worker never sees the custom resource; everything it needs is here, already validated.
 
 use crate::duration::serde_go;
-use crate::version::{FormatError, Versioned};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,19 +24,44 @@ pub struct WorkerConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JobIdentity {
+    /// The operator's cluster name (`--cluster-name`, the chart's `clusterName`), when set: two
+    /// clusters sharing one Kafka and one S3 with jobs of the same namespace and name then share
+    /// no identifier. Absent (the default), the ids are those of a single cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
     pub namespace: String,
     pub name: String,
 }
 
+/// Every name derived from a job's identity comes from here: the operator and the worker must
+/// agree on each one, and a cluster name must reach all of them.
 impl JobIdentity {
+    /// `[<cluster>.]<namespace>.<name>`: the stem of every Kafka id and default topic.
+    fn stem(&self) -> String {
+        match &self.cluster {
+            Some(cluster) => format!("{cluster}.{}.{}", self.namespace, self.name),
+            None => format!("{}.{}", self.namespace, self.name),
+        }
+    }
+
     /// The `transactional.id` of task `task`: a newer owner of the same task fences an older one.
     pub fn transactional_id(&self, task: u32) -> String {
-        format!("{}.{}.task-{task}", self.namespace, self.name)
+        format!("{}.task-{task}", self.stem())
     }
 
     /// The consumer group used only to store committed input offsets (never for rebalancing).
     pub fn group_id(&self) -> String {
-        format!("{}.{}", self.namespace, self.name)
+        self.stem()
+    }
+
+    /// The changelog topic when the spec names none.
+    pub fn default_changelog_topic(&self) -> String {
+        format!("{}.changelog", self.stem())
+    }
+
+    /// The dead-letter topic when the spec names none.
+    pub fn default_dead_letter_topic(&self) -> String {
+        format!("{}.dlq", self.stem())
     }
 }
 
@@ -72,8 +96,13 @@ fn default_commit_max_records() -> u32 {
     10_000
 }
 
+/// The worker's default `transaction.timeout.ms` (the operator always renders it): a
+/// transaction left open longer is aborted by the broker, so commits come at most every half
+/// of it.
+pub const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+
 fn default_transaction_timeout() -> Duration {
-    crate::rules::TRANSACTION_TIMEOUT
+    TRANSACTION_TIMEOUT
 }
 
 /// TLS and SASL settings; secrets are files mounted from Kubernetes Secrets, never inline.
@@ -276,32 +305,16 @@ impl Default for HttpConfig {
     }
 }
 
-impl Versioned for WorkerConfig {
-    const FORMAT: &'static str = "worker config";
-    const VERSION: u32 = 1;
-
-    fn version(&self) -> u32 {
-        self.version
-    }
-
-    /// The shared rules ([`crate::rules`]), the same the operator checks a spec with.
-    fn check(&self) -> Result<(), FormatError> {
-        crate::rules::worker_config(self).map_err(|violation| FormatError::InvalidField {
-            format: Self::FORMAT,
-            field: violation.field.config_path().into(),
-            reason: violation.reason,
-        })
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::version::{FormatError, Versioned};
 
     pub(crate) fn sample() -> WorkerConfig {
         WorkerConfig {
             version: WorkerConfig::VERSION,
             job: JobIdentity {
+                cluster: None,
                 namespace: "payments".into(),
                 name: "card-counts".into(),
             },
@@ -350,6 +363,37 @@ pub(crate) mod tests {
                 token_file: Some("/etc/streamkeeper/http/token".into()),
             },
         }
+    }
+
+    #[test]
+    fn a_cluster_name_reaches_every_derived_id_and_none_keeps_them() {
+        let mut job = JobIdentity {
+            cluster: None,
+            namespace: "payments".into(),
+            name: "card-count".into(),
+        };
+        assert_eq!(job.transactional_id(3), "payments.card-count.task-3");
+        assert_eq!(job.group_id(), "payments.card-count");
+        assert_eq!(
+            job.default_changelog_topic(),
+            "payments.card-count.changelog"
+        );
+        assert_eq!(job.default_dead_letter_topic(), "payments.card-count.dlq");
+        job.cluster = Some("east".into());
+        assert_eq!(job.transactional_id(3), "east.payments.card-count.task-3");
+        assert_eq!(job.group_id(), "east.payments.card-count");
+        assert_eq!(
+            job.default_changelog_topic(),
+            "east.payments.card-count.changelog"
+        );
+        assert_eq!(
+            job.default_dead_letter_topic(),
+            "east.payments.card-count.dlq"
+        );
+        let text = serde_json::to_string(&job).unwrap();
+        assert_eq!(serde_json::from_str::<JobIdentity>(&text).unwrap(), job);
+        job.cluster = None;
+        assert!(!serde_json::to_string(&job).unwrap().contains("cluster"));
     }
 
     #[test]

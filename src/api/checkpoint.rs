@@ -119,6 +119,23 @@ pub struct RestoreSpec {
     /// Where the state after the checkpoint comes from.
     #[serde(default)]
     pub source: RestoreSource,
+
+    /// Keep the restored state for the job's current `inputTopic`, although it was built from
+    /// another topic (or from an earlier incarnation of this one, deleted and created again).
+    /// Without it such a state stops its task, naming both topics. With it the state forgets
+    /// the old topic and its position, and each task reads the current topic from its first
+    /// record. Needs `source: changelog` (the input's offsets are what it discards).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopt_input: bool,
+}
+
+impl From<RestoreSource> for streamkeeper_contract::restore_request::RestoreReplaySource {
+    fn from(source: RestoreSource) -> Self {
+        match source {
+            RestoreSource::Changelog => Self::Changelog,
+            RestoreSource::Input => Self::Input,
+        }
+    }
 }
 
 fn default_restore_checkpoint() -> String {

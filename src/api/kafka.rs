@@ -118,6 +118,17 @@ pub enum SaslMechanism {
     ScramSha512,
 }
 
+impl SaslMechanism {
+    /// The name the worker and librdkafka use for it (`sasl.mechanism`).
+    pub fn librdkafka_name(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
 /// SASL authentication; the username and password come from a Secret.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]

@@ -6,6 +6,7 @@
 
 pub mod cel;
 pub mod checkpoint;
+pub mod crd;
 pub mod kafka;
 pub mod pod;
 pub mod processor;

@@ -1,10 +1,11 @@
 //! What every reconcile shares: the clients, the Event recorder, the metrics, the leadership
 //! guard and the per-job failure counts that set the backoff.
 
+use crate::adapters::kafka_admin::KafkaAdmins;
+use crate::api::StatefulStreamJob;
 use crate::failover::{FailoverDeps, Failovers};
-use crate::kafka_admin::KafkaAdmins;
-use crate::leadership::Leadership;
-use crate::metrics::Metrics;
+use crate::leader::Leadership;
+use crate::telemetry::metrics::Metrics;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use std::collections::HashMap;
@@ -16,12 +17,20 @@ use std::time::Duration;
 pub struct Settings {
     /// How long a worker may take to answer `POST /v1/checkpoints` before suspend goes on.
     pub final_checkpoint_timeout: Duration,
+    /// This operator's cluster name (`--cluster-name`), part of every id, default topic and S3
+    /// prefix it derives from a job; `None` keeps the ids of a single cluster.
+    pub cluster: Option<String>,
+    /// This cluster's id, the `kube-system` namespace's uid, when the operator may read it:
+    /// the owner markers of the jobs' S3 prefixes carry it ([`streamkeeper_contract::owner_marker`]).
+    pub cluster_id: Option<String>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
             final_checkpoint_timeout: Duration::from_secs(60),
+            cluster: None,
+            cluster_id: None,
         }
     }
 }
@@ -41,8 +50,10 @@ pub struct Context {
     failures: Mutex<HashMap<String, u32>>,
     /// Each job's failover loop (assignment, heartbeat, promotion).
     pub failovers: Failovers,
-    /// The objects seen to be their job's own (see [`crate::controller::ownership`]).
-    pub verified: crate::controller::ownership::Verified,
+    /// The objects seen to be their job's own (see [`crate::k8s::ownership`]).
+    pub verified: crate::k8s::ownership::Verified,
+    /// The controller's watch cache of the jobs, once it runs ([`crate::controller::run`]).
+    pub jobs: std::sync::OnceLock<kube::runtime::reflector::Store<StatefulStreamJob>>,
 }
 
 impl Context {
@@ -63,6 +74,7 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             failovers: Failovers::default(),
             verified: Default::default(),
+            jobs: std::sync::OnceLock::new(),
         }
     }
 

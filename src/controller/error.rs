@@ -1,12 +1,13 @@
 //! A reconcile that failed, typed by where it failed; `category()` is the word the status, the
 //! Events and the metrics use for it.
 
-use crate::checkpoint_reader::CheckpointReadError;
-use crate::controller::apply::{ApiError, ApplyError};
-use crate::controller::worker_token::WorkerTokenError;
-use crate::kafka_admin::KafkaAdminError;
-use crate::kafka_security::KafkaSecretError;
-use crate::leadership::NotLeading;
+use crate::adapters::checkpoints::CheckpointReadError;
+use crate::adapters::kafka_admin::KafkaAdminError;
+use crate::adapters::kafka_security::KafkaSecretError;
+use crate::k8s::apply::ApiError;
+use crate::k8s::ownership::ForeignObject;
+use crate::k8s::worker_token::WorkerTokenError;
+use crate::leader::NotLeading;
 use crate::vocabulary::reasons;
 use kube::runtime::finalizer;
 
@@ -36,7 +37,7 @@ pub enum ReconcileError {
     #[error(transparent)]
     WorkerToken(#[from] WorkerTokenError),
     #[error(transparent)]
-    Foreign(#[from] crate::controller::ownership::ForeignObject),
+    Foreign(#[from] ForeignObject),
 }
 
 impl ReconcileError {
@@ -65,6 +66,20 @@ impl From<ApiError> for ReconcileError {
     fn from(error: ApiError) -> Self {
         ReconcileError::Api(Box::new(error))
     }
+}
+
+/// Why the apply step stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// An object with the job's derived name that is not the job's: nothing more is applied.
+    #[error(transparent)]
+    Foreign(#[from] ForeignObject),
+    #[error(transparent)]
+    Kafka(#[from] KafkaAdminError),
+    #[error(transparent)]
+    WorkerToken(#[from] WorkerTokenError),
 }
 
 impl From<ApplyError> for ReconcileError {

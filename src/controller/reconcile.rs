@@ -7,20 +7,22 @@
 //! S3 or apiserver trouble is a condition plus an error, which the controller's error policy
 //! turns into a backoff requeue.
 
+use crate::adapters::kafka_admin::KafkaAdmin;
 use crate::api::{DeletionPolicy, StatefulStreamJob};
 use crate::controller::apply::{self, ApiError, ApplyError, ApplyOutcome, REFUSED_RECHECK};
+use crate::controller::apply::{cleanup, operations, owner_marker};
 use crate::controller::cadence::{ROLLING_RECHECK, spread};
-use crate::controller::events::publish;
+use crate::controller::judge::next_status::Observation;
 use crate::controller::judge::{self, Refusal, TaskEvidence};
-use crate::controller::ownership::ForeignObject;
-use crate::controller::status::Observation;
 use crate::controller::update_status::update_status;
 use crate::controller::{
-    Context, DesiredResources, Facts, InvalidSpec, ReconcileError, ValidatedJob, build, cleanup,
-    facts, names, observe, operations, validate,
+    Context, DesiredResources, Facts, InvalidSpec, ReconcileError, ValidatedJob, build, observe,
+    read_facts, validate,
 };
 use crate::failover::{FailoverJob, ScaleDown};
-use crate::kafka_admin::KafkaAdmin;
+use crate::k8s::events::publish;
+use crate::k8s::names;
+use crate::k8s::ownership::ForeignObject;
 use crate::vocabulary::{reasons, types};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::ResourceExt;
@@ -28,7 +30,7 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, Event as FinalizerEvent};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Put on every job so deleting it waits for the clean-up its `deletionPolicy` asks for.
 pub const FINALIZER: &str = "streamkeeper.dev/cleanup";
@@ -168,10 +170,12 @@ async fn run_pipeline(
     job: &StatefulStreamJob,
     observation: &mut Observation,
 ) -> Result<Duration, Halt> {
-    let validated = validate(job).map_err(Halt::Invalid)?;
+    let validated = validate(job, ctx.settings.cluster.as_deref()).map_err(Halt::Invalid)?;
     observation.conditions.push(judge::spec_valid());
+    // One changelog per job: a topic another job keeps is refused before anything is created.
+    refuse_a_claimed_changelog(ctx, job).await?;
 
-    let kafka = facts::read_kafka(ctx, &validated)
+    let kafka = read_facts::read_kafka(ctx, &validated)
         .await
         .map_err(|error| Halt::Unreachable(error, UNCHECKED_BEFORE_APPLY))?;
     let input_retention = kafka
@@ -191,6 +195,11 @@ async fn run_pipeline(
             pods_kept,
         },
     );
+    // One S3 prefix per job, across clusters: claimed before any worker writes there.
+    owner_marker::claim(ctx, &validated)
+        .await
+        .map_err(|error| Halt::Unreachable(error, &[types::READY, types::CHECKPOINT_STALE]))?
+        .map_err(Halt::Foreign)?;
     // Suspend: the final checkpoint comes before the scale to zero.
     let suspend_note = if validated.workers.suspend {
         operations::final_checkpoint_before_suspend(ctx, &validated).await?
@@ -219,27 +228,21 @@ async fn run_pipeline(
     let roll = operations::replace_outdated_pods(ctx, &validated, &stateful_set).await?;
 
     // Checkpoint ages and recovery gaps, from S3 and the input's log-start offsets.
-    let checkpoints = observe::checkpoints(
-        ctx,
-        &kafka.admin,
-        &validated,
-        kafka.input_partitions,
+    let checkpoint_facts =
+        observe::checkpoints(ctx, &kafka.admin, &validated, kafka.input_partitions)
+            .await
+            .map_err(|error| {
+                Halt::Unreachable(error, &[types::CHECKPOINT_STALE, types::RECOVERY_GAP])
+            })?;
+    let checkpoints = judge::checkpoints::judge(
+        &checkpoint_facts.restore_points,
+        &checkpoint_facts.log_starts,
         retention.max_safe_age,
-    )
-    .await
-    .map_err(|error| Halt::Unreachable(error, &[types::CHECKPOINT_STALE, types::RECOVERY_GAP]))?;
+        now_ms(),
+    );
     // What the workers say about their tasks.
     let reports = observe::worker_reports(ctx, &validated).await?;
-    let desired_pods = stateful_set
-        .spec
-        .as_ref()
-        .and_then(|spec| spec.replicas)
-        .unwrap_or_default();
-    let ready_pods = stateful_set
-        .status
-        .as_ref()
-        .and_then(|status| status.ready_replicas)
-        .unwrap_or_default();
+    let (desired_pods, ready_pods) = pod_counts(&stateful_set);
     let recheck = judge::tasks(
         observation,
         TaskEvidence {
@@ -302,6 +305,23 @@ async fn pods_kept_for_scale_down(
         };
     tracing::info!(job = %validated.name, replicas = workers.replicas, kept, "keeping the pods a scale-down removes until they hold nothing");
     Ok(Some(kept))
+}
+
+/// Refuses the job when another job keeps its changelog ([`judge::claims`]).
+async fn refuse_a_claimed_changelog(ctx: &Context, job: &StatefulStreamJob) -> Result<(), Halt> {
+    let claims = read_facts::other_changelog_claims(ctx, job).await?;
+    let own = read_facts::changelog_claim(job, ctx.settings.cluster.as_deref());
+    judge::claims::changelog_claim(&own, &claims).map_err(Halt::Refused)
+}
+
+/// The pods the StatefulSet asks for and how many of them are ready.
+fn pod_counts(stateful_set: &StatefulSet) -> (i32, i32) {
+    let desired = stateful_set.spec.as_ref().and_then(|spec| spec.replicas);
+    let ready = stateful_set
+        .status
+        .as_ref()
+        .and_then(|status| status.ready_replicas);
+    (desired.unwrap_or_default(), ready.unwrap_or_default())
 }
 
 /// What the job's failover loop needs to know of it now.
@@ -381,8 +401,8 @@ async fn current_job(
 }
 
 /// Deletion: `Retain` keeps the changelog and the checkpoints; `Delete` (once the workers have
-/// stopped) removes the topics the operator created for the job and every S3 object under the
-/// job's prefix.
+/// stopped) removes the topics the operator created for the job and the checkpoint objects its
+/// tasks wrote.
 async fn on_delete(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, ReconcileError> {
     ctx.failovers
         .stop(&job.namespace().unwrap_or_default(), &job.name_any());
@@ -391,13 +411,13 @@ async fn on_delete(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
         tracing::info!(job = %job_key(job), "deleted; changelog and checkpoints retained");
         return Ok(Action::await_change());
     }
-    let validated = match validate(job) {
+    let validated = match validate(job, ctx.settings.cluster.as_deref()) {
         Ok(validated) => validated,
         Err(invalid) => {
             // An invalid spec names no topic or prefix the operator can trust to delete.
             tracing::warn!(job = %job_key(job), %invalid, "deleted with an invalid spec; nothing cleaned up");
             publish(
-                ctx,
+                &ctx.recorder,
                 job,
                 true,
                 reasons::INVALID_SPEC,
@@ -412,4 +432,12 @@ async fn on_delete(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
     let job = current.as_ref().unwrap_or(job);
     cleanup::delete_external_state(ctx, job, &validated).await?;
     Ok(Action::await_change())
+}
+
+/// The wall clock in milliseconds since the epoch, which checkpoint ages are measured against.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or_default()
 }

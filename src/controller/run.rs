@@ -9,8 +9,8 @@
 
 use crate::api::StatefulStreamJob;
 use crate::controller::Context;
-use crate::controller::labels;
 use crate::controller::reconcile::{error_policy, reconcile};
+use crate::k8s::labels;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
@@ -51,6 +51,10 @@ pub async fn run(
     let owned =
         watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
     let (reader, writer) = reflector::store();
+    // The reconciles read the other jobs (one changelog per job) from this cache.
+    if ctx.jobs.set(reader.clone()).is_err() {
+        tracing::warn!("the job cache was set before: a second controller in one process");
+    }
     let jobs = watcher(
         scoped::<StatefulStreamJob>(&client, namespace),
         watcher::Config::default(),
@@ -61,7 +65,7 @@ pub async fn run(
     .predicate_filter(reconcile_relevant, Default::default());
     let mut controller = Controller::for_stream(jobs, reader)
         .with_config(controller::Config::default().concurrency(concurrency));
-    // A finished move changes the status but nothing watched (see failover::refresh).
+    // A finished move changes the status but nothing watched (see failover::status_requests).
     if let Some(refreshes) = ctx.failovers.refresh.take_requests() {
         controller = controller.reconcile_on(refreshes);
     }
@@ -107,7 +111,7 @@ mod tests {
 
     #[test]
     fn status_writes_do_not_trigger_a_reconcile_but_spec_and_metadata_changes_do() {
-        let mut job = crate::controller::fixtures::job();
+        let mut job = crate::controller::test_support::job();
         job.metadata.generation = Some(3);
         job.metadata.resource_version = Some("100".into());
         let before = reconcile_relevant(&job);

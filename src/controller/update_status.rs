@@ -1,11 +1,12 @@
-//! Step 4 of the pipeline: merge what the reconcile observed into the job's status, write it
-//! only when it changed, and publish an Event for each watched condition that changed.
+//! Step 7 of the pipeline (validate → read facts → build → apply → observe → judge → **update
+//! status**): merge what the reconcile observed into the job's status, write it only when it
+//! changed, and publish an Event for each watched condition that changed.
 
 use crate::api::StatefulStreamJob;
 use crate::controller::Context;
 use crate::controller::apply::ApiError;
-use crate::controller::events::publish;
-use crate::controller::status::{Observation, next_status, transition_events};
+use crate::controller::judge::next_status::{Observation, next_status, transition_events};
+use crate::k8s::events::publish;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -40,7 +41,7 @@ pub async fn update_status(
         source,
     })?;
     for event in transition_events(&existing.conditions, &next.conditions) {
-        publish(ctx, job, event.warning, &event.reason, event.note).await;
+        publish(&ctx.recorder, job, event.warning, &event.reason, event.note).await;
     }
     Ok(())
 }

@@ -20,10 +20,11 @@
 //! once (a Warning Event `AssignmentRefused`, until it takes a document again); every refused
 //! delivery is counted by reason (`streamkeeper_operator_assignment_refusals_total`).
 
-use super::{FailoverDeps, FailoverJob, events};
-use crate::controller::worker_token::{self, WorkerTokenError};
+use super::events;
+use super::job::{FailoverDeps, FailoverJob};
+use crate::adapters::worker_client::{self, RefusalReason, WorkerCallError};
+use crate::k8s::worker_token::{self, WorkerTokenError};
 use crate::vocabulary::reasons;
-use crate::worker_client::{self, WorkerCallError};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,58 +68,13 @@ impl Tokens {
     }
 }
 
-/// Why a pod did not take the document, as the refusal metric labels it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RefusalReason {
-    /// 401: it holds neither token the loop tried.
-    Unauthorized,
-    /// 409: it has seen a newer generation (a late delivery), or the document contradicts its
-    /// own; harmless, the next delivery carries the newer one.
-    Conflict,
-    /// 400: it cannot read the document.
-    Invalid,
-    /// 503: it is shutting down.
-    ShuttingDown,
-    Other,
-}
-
-impl RefusalReason {
-    pub const ALL: [RefusalReason; 5] = [
-        RefusalReason::Unauthorized,
-        RefusalReason::Conflict,
-        RefusalReason::Invalid,
-        RefusalReason::ShuttingDown,
-        RefusalReason::Other,
-    ];
-
-    pub fn of_status(status: u16) -> Self {
-        match status {
-            401 => RefusalReason::Unauthorized,
-            409 => RefusalReason::Conflict,
-            400 => RefusalReason::Invalid,
-            503 => RefusalReason::ShuttingDown,
-            _ => RefusalReason::Other,
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            RefusalReason::Unauthorized => "Unauthorized",
-            RefusalReason::Conflict => "Conflict",
-            RefusalReason::Invalid => "Invalid",
-            RefusalReason::ShuttingDown => "ShuttingDown",
-            RefusalReason::Other => "Other",
-        }
-    }
-
-    /// Whether a user should hear of it: a stale or a shutting-down pod is part of normal
-    /// operation, a pod that cannot be given documents is not.
-    fn worth_an_event(self) -> bool {
-        matches!(
-            self,
-            RefusalReason::Unauthorized | RefusalReason::Invalid | RefusalReason::Other
-        )
-    }
+/// Whether a user should hear of a refusal: a stale or a shutting-down pod is part of normal
+/// operation, a pod that cannot be given documents is not.
+fn worth_an_event(reason: RefusalReason) -> bool {
+    matches!(
+        reason,
+        RefusalReason::Unauthorized | RefusalReason::Invalid | RefusalReason::Other
+    )
 }
 
 /// The answer of one delivery.
@@ -193,7 +149,7 @@ impl Delivery {
             if reason == RefusalReason::Unauthorized {
                 self.reread_wanted = true;
                 self.unauthorized.insert(pod);
-            } else if reason.worth_an_event() && self.reported.insert(pod.clone()) {
+            } else if worth_an_event(reason) && self.reported.insert(pod.clone()) {
                 to_report.push(format!(
                     "pod {pod} refused generation {generation}: {error}"
                 ));
@@ -293,7 +249,7 @@ async fn deliver(
 fn unauthorized_note(pod: &str, job: &FailoverJob) -> String {
     format!(
         "pod {pod} refuses the assignment: its worker token (the file mounted from Secret {secret}) is neither the Secret's current token nor the one before it. Until it takes the assignment, its tasks cannot move. After a rotation the kubelet updates the file within about a minute; a Secret edited by hand must hold a token the pods mount",
-        secret = crate::controller::names::worker_token_secret(&job.name)
+        secret = crate::k8s::names::worker_token_secret(&job.name)
     )
 }
 
@@ -338,7 +294,7 @@ mod tests {
             .map(RefusalReason::of_status)
             .collect();
         assert_eq!(reasons, RefusalReason::ALL);
-        let events: Vec<_> = reasons.iter().map(|r| r.worth_an_event()).collect();
+        let events: Vec<_> = reasons.iter().map(|r| worth_an_event(*r)).collect();
         assert_eq!(events, [true, false, true, false, true]);
     }
 }

@@ -1,6 +1,6 @@
 //! Events about a job from its failover loop: moves, and pods that refuse the assignment.
 
-use super::{FailoverDeps, FailoverJob};
+use super::job::{FailoverDeps, FailoverJob};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::Recorder;
 
@@ -21,7 +21,7 @@ pub async fn publish(
         uid: Some(job.owner.uid.clone()),
         ..ObjectReference::default()
     };
-    let event = crate::controller::events::event(warning, reason, action, note);
+    let event = crate::k8s::events::event(warning, reason, action, note);
     // A recorder of its own: a shared one folds a second Event with the same reason into the
     // first one's series (a series keeps the first note), so a pod's second task or a task's
     // second move would be missing from `kubectl get events`.

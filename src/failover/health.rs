@@ -3,10 +3,13 @@
 //!
 //! - A refused connection means no process listens on the pod's port (it died, or restarts):
 //!   the pod is down at once, with no grace, since nothing runs its tasks.
-//! - A pod that does not answer (a frozen process, a lost node, a partition) is down once its
-//!   last answer is older than the job's heartbeat timeout ([`DEFAULT_SUSPECT_AFTER`] unless
-//!   `spec.recovery.heartbeatTimeout` says otherwise), a few polls, not the node controller's
-//!   40 s.
+//! - A pod that does not answer (a frozen process, a lost node, a partition) is down once it
+//!   has left the heartbeat unanswered for the job's heartbeat timeout ([`DEFAULT_SUSPECT_AFTER`]
+//!   unless `spec.recovery.heartbeatTimeout` says otherwise): a few polls, not the node
+//!   controller's 40 s. The silence counts from the first question it left unanswered, not from
+//!   its last answer: while the operator itself is held up (a slow apiserver call, a starved
+//!   process), nobody asked the pod anything, and one missed poll after such a pause is not
+//!   seconds of silence.
 //! - A pod whose process was replaced (another process answers under its name, or the pod was
 //!   recreated) is down until one decision has been made without it: the process that ran its
 //!   tasks is gone, however quickly the next one came up. A pod force-deleted and recreated
@@ -35,14 +38,16 @@ pub enum Poll<'a> {
     Answered(Option<&'a str>),
     /// Connection refused: nothing listens.
     Refused,
-    /// No answer in time, or a broken one.
-    Silent,
+    /// No answer in time, or a broken one, to the question asked at this instant.
+    Silent(Instant),
 }
 
 #[derive(Debug, Clone)]
 struct Beat {
     first_seen: Instant,
     last_answer: Option<Instant>,
+    /// When the first question since the last answer was asked that went unanswered.
+    unanswered_since: Option<Instant>,
     refused: bool,
     /// The process that answered last.
     process: Option<String>,
@@ -76,6 +81,7 @@ impl Heartbeats {
         let beat = self.pods.entry(pod.to_string()).or_insert(Beat {
             first_seen: now,
             last_answer: None,
+            unanswered_since: None,
             refused: false,
             process: None,
             replaced_after: None,
@@ -89,21 +95,25 @@ impl Heartbeats {
                     beat.process = Some(process.to_string());
                 }
                 beat.last_answer = Some(now);
+                beat.unanswered_since = None;
                 beat.refused = false;
             }
             Poll::Refused => beat.refused = true,
-            Poll::Silent => {}
+            Poll::Silent(asked) => {
+                beat.unanswered_since.get_or_insert(asked);
+            }
         }
     }
 
-    /// The pod answered recently and nothing says its process is gone: it can be sent the
-    /// document.
+    /// The pod has answered, has not left the heartbeat unanswered for the timeout, and nothing
+    /// says its process is gone: it can be sent the document.
     pub fn reachable(&self, pod: &str, now: Instant) -> bool {
         self.pods.get(pod).is_some_and(|beat| {
             !beat.refused
+                && beat.last_answer.is_some()
                 && beat
-                    .last_answer
-                    .is_some_and(|at| now.saturating_duration_since(at) < self.suspect_after)
+                    .unanswered_since
+                    .is_none_or(|asked| now.saturating_duration_since(asked) < self.suspect_after)
         })
     }
 
@@ -137,6 +147,13 @@ impl Heartbeats {
                     beat.last_answer.is_none()
                         && now.saturating_duration_since(beat.first_seen) < STARTUP_GRACE
                 }))
+    }
+
+    /// The pod has answered before and left the last question unanswered.
+    pub fn unanswered(&self, pod: &str) -> bool {
+        self.pods
+            .get(pod)
+            .is_some_and(|beat| beat.last_answer.is_some() && beat.unanswered_since.is_some())
     }
 
     /// Pods that have answered at least once.
@@ -179,14 +196,20 @@ mod tests {
         assert!(beats.alive("p", start));
         assert!(beats.answered("p"));
 
-        // Silent (frozen): alive until DEFAULT_SUSPECT_AFTER has passed since the last answer.
-        let later = start + DEFAULT_SUSPECT_AFTER / 2;
-        beats.record("p", Poll::Silent, later);
+        // Silent (frozen): alive until DEFAULT_SUSPECT_AFTER has passed since the first question
+        // it left unanswered.
+        let first_unanswered = start + Duration::from_millis(250);
+        let later = first_unanswered + DEFAULT_SUSPECT_AFTER / 2;
+        beats.record("p", Poll::Silent(first_unanswered), later);
         assert!(beats.alive("p", later));
-        let late = start + DEFAULT_SUSPECT_AFTER;
-        beats.record("p", Poll::Silent, late);
+        let late = first_unanswered + DEFAULT_SUSPECT_AFTER;
+        beats.record("p", Poll::Silent(late - Duration::from_millis(500)), late);
         assert!(!beats.alive("p", late));
-        assert_eq!(beats.silent_for("p", late), Some(DEFAULT_SUSPECT_AFTER));
+        assert_eq!(
+            beats.silent_for("p", late),
+            Some(DEFAULT_SUSPECT_AFTER + Duration::from_millis(250)),
+            "since its last answer"
+        );
 
         // Answering again makes it alive; a refused connection makes it down at once.
         beats.record("p", Poll::Answered(None), late);
@@ -238,13 +261,40 @@ mod tests {
     }
 
     #[test]
+    fn a_pause_of_the_operator_is_not_silence_of_the_pod() {
+        // The pod answered, then the operator was held up for 3 s and asked nothing; the one
+        // question it asked then went unanswered (the pod was busy for half a second).
+        let start = Instant::now();
+        let mut beats = Heartbeats::default();
+        beats.record("p", Poll::Answered(None), start);
+        let asked = start + Duration::from_secs(3);
+        let timed_out = asked + Duration::from_millis(500);
+        beats.record("p", Poll::Silent(asked), timed_out);
+        assert!(beats.alive("p", timed_out), "half a second unanswered");
+        assert!(beats.reachable("p", timed_out));
+        // Asked on and on without an answer, it is down once the timeout has passed.
+        let gone = asked + DEFAULT_SUSPECT_AFTER;
+        beats.record("p", Poll::Silent(gone - Duration::from_millis(500)), gone);
+        assert!(!beats.alive("p", gone));
+        // An answer ends the silence.
+        beats.record("p", Poll::Answered(None), gone);
+        let asked_again = gone + Duration::from_millis(250);
+        beats.record(
+            "p",
+            Poll::Silent(asked_again),
+            asked_again + DEFAULT_SUSPECT_AFTER / 2,
+        );
+        assert!(beats.alive("p", asked_again + DEFAULT_SUSPECT_AFTER / 2));
+    }
+
+    #[test]
     fn the_jobs_heartbeat_timeout_decides_when_silence_is_down() {
         let start = Instant::now();
         let mut beats = Heartbeats::default();
         beats.record("p", Poll::Answered(None), start);
         beats.suspect_after(Duration::from_secs(1));
         let after_1s = start + Duration::from_secs(1);
-        beats.record("p", Poll::Silent, after_1s);
+        beats.record("p", Poll::Silent(start), after_1s);
         assert!(!beats.alive("p", after_1s), "down after 1 s of silence");
         beats.suspect_after(Duration::from_secs(5));
         assert!(beats.alive("p", after_1s), "a longer timeout keeps it");

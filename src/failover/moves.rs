@@ -9,8 +9,8 @@
 //! owner's last answer, so it includes the detection; for a handoff from the decision.
 
 use super::health::Heartbeats;
-use super::registry::Shared;
-use super::{FailoverDeps, FailoverJob};
+use super::job::{FailoverDeps, FailoverJob};
+use super::shared::Shared;
 use crate::api::TaskMove;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -95,7 +95,7 @@ pub fn decide(
         // StatefulSet keeps (deleted by someone else); one stopping in a scale-down hands
         // its tasks off.
         let stopping = pods.stopping.contains(from);
-        let kept = super::facts::ordinal(from)
+        let kept = super::rule_inputs::ordinal(from)
             .and_then(|n| i32::try_from(n).ok())
             .is_some_and(|n| n < pods.desired_pods);
         let down = if stopping {
@@ -495,7 +495,7 @@ mod tests {
     #[tokio::test]
     async fn a_finished_move_asks_for_the_jobs_status_to_be_written_now() {
         use futures::StreamExt;
-        let refresh = super::super::refresh::StatusRefresh::default();
+        let refresh = super::super::status_requests::StatusRefresh::default();
         let mut requests = refresh.take_requests().unwrap();
         let client =
             kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap()))
@@ -503,8 +503,8 @@ mod tests {
         let deps = FailoverDeps {
             client,
             reporter: "test".into(),
-            leadership: crate::leadership::Leadership::unconditional(),
-            metrics: std::sync::Arc::new(crate::metrics::Metrics::new()),
+            leadership: crate::leader::Leadership::unconditional(),
+            metrics: std::sync::Arc::new(crate::telemetry::metrics::Metrics::new()),
             refresh: refresh.sender(),
         };
         let job = FailoverJob {

@@ -7,8 +7,8 @@
 //! standby because it scaled down, and no task stalls longer than one handoff; a pod that just
 //! stopped would cost each of its tasks a promotion and each of its standbys a fresh warm-up.
 
-use super::facts::ordinal;
-use super::registry::LoopView;
+use super::rule_inputs::ordinal;
+use super::shared::LoopView;
 use std::time::Duration;
 
 /// How long a scale-down waits for its drain before it removes the pods anyway (a copy that

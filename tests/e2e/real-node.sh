@@ -30,6 +30,15 @@ cleanup() {
     kubectl get nodes,ssj,sts,pods -A -o wide 2>/dev/null || true
     kubectl -n streamkeeper-system logs deployment/streamkeeper --tail 40 2>/dev/null || true
     kubectl -n "$NS" get events --sort-by=.lastTimestamp 2>/dev/null | tail -30 || true
+    # The workers' side of a move: restarts and probe failures, and what each process logged.
+    local pod
+    for pod in $(kubectl -n "$NS" get pods -o name 2>/dev/null); do
+      kubectl -n "$NS" describe "$pod" 2>/dev/null | sed -n '/^Containers:/,/^Conditions:/p;/^Events:/,$p' || true
+      kubectl -n "$NS" logs "$pod" --previous --tail 40 2>/dev/null | sed "s|^|$pod (previous) |" || true
+      kubectl -n "$NS" logs "$pod" --tail 80 2>/dev/null | sed "s|^|$pod |" || true
+    done
+    kubectl -n streamkeeper-system logs deployment/streamkeeper 2>/dev/null \
+      | grep -E 'romot|silent|no answer|handoff|HandedOff' | tail -40 || true
     log "node logs: $SK_RUN/node (kubelet.log, containerd.log, coredns.log, kube-proxy.log)"
   fi
   if ! $KEEP; then

@@ -3,7 +3,7 @@
 
 use super::{s3_client, support};
 use aws_sdk_s3::primitives::ByteStream;
-use streamkeeper_contract::{CheckpointManifest, TaskPrefix, Versioned};
+use streamkeeper_contract::{CheckpointManifest, OwnerMarker, TaskPrefix, Versioned};
 
 /// A manifest of `task` with no files.
 pub fn manifest(
@@ -58,4 +58,53 @@ pub fn now_ms() -> u64 {
             .as_millis(),
     )
     .unwrap()
+}
+
+/// Writes the owner marker of the job prefix `job_prefix` (with its trailing `/`), as an
+/// operator of the cluster whose id is `cluster_id` would.
+pub async fn put_owner_marker(
+    job_prefix: &str,
+    namespace: &str,
+    name: &str,
+    cluster_id: Option<&str>,
+) {
+    let marker = OwnerMarker {
+        version: 1,
+        cluster: None,
+        cluster_id: cluster_id.map(str::to_string),
+        namespace: namespace.into(),
+        name: name.into(),
+        uid: "uid-of-the-other-clusters-job".into(),
+    };
+    s3_client()
+        .put_object()
+        .bucket(support::s3_settings().bucket)
+        .key(format!("{job_prefix}streamkeeper-job.json"))
+        .body(ByteStream::from(marker.to_json()))
+        .send()
+        .await
+        .unwrap();
+}
+
+/// The bytes of the test bucket's object `key`.
+pub async fn object_bytes(key: &str) -> Vec<u8> {
+    s3_client()
+        .get_object()
+        .bucket(support::s3_settings().bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes()
+        .to_vec()
+}
+
+/// The owner marker of the job prefix `job_prefix` (with its trailing `/`).
+pub async fn owner_marker(job_prefix: &str) -> OwnerMarker {
+    OwnerMarker::from_json(&object_bytes(&format!("{job_prefix}streamkeeper-job.json")).await)
+        .unwrap()
 }

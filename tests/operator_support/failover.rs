@@ -269,6 +269,28 @@ impl System {
             .collect()
     }
 
+    /// Waits until each of `workers` workers has recorded the stored document's generation;
+    /// that document. Gives up after [`WAIT`] naming `what`, the document and the generations.
+    pub async fn recorded_by_every_worker(&self, what: &str, workers: usize) -> AssignmentDocument {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let document = self.document().await;
+            let recorded = self.recorded_generations().await;
+            if let Some(document) = &document
+                && recorded.len() == workers
+                && recorded.values().all(|g| *g == Some(document.generation))
+            {
+                return document.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {WAIT:?}; stored generation {:?}, recorded {recorded:?}",
+                document.map(|d| d.generation)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// The node agent of node `i`, to freeze a whole node.
     pub fn node_agent(&self, i: usize) -> &Process {
         &self.node_agents[i]
@@ -276,7 +298,7 @@ impl System {
 
     pub async fn pods(&self) -> Vec<Pod> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
-        let selector = streamkeeper::controller::labels::selector_string(self.name);
+        let selector = streamkeeper::k8s::labels::selector_string(self.name);
         api.list(&ListParams::default().labels(&selector))
             .await
             .unwrap()
@@ -309,7 +331,7 @@ impl System {
             let ip = pod.status.as_ref()?.pod_ip.clone()?;
             let name = pod.metadata.name.clone().unwrap_or_default();
             Some(async move {
-                let answer = streamkeeper::worker_client::task_reports(
+                let answer = streamkeeper::adapters::worker_client::task_reports(
                     &ip,
                     8080,
                     Duration::from_millis(300),
@@ -563,16 +585,9 @@ pub fn settled(
     })
 }
 
-/// Polls `probe` every 100 ms until it returns a value; panics after [`WAIT`].
-pub async fn wait_until<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {WAIT:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// [`support::wait_until`] with the failover tests' [`WAIT`].
+pub async fn wait_until<T>(what: &str, probe: impl AsyncFnMut() -> Option<T>) -> T {
+    super::support::wait_until(what, WAIT, probe).await
 }
 
 /// Produces `chunks` chunks of 100 events from `from` on a thread, one every 100 ms.

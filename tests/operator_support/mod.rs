@@ -25,20 +25,18 @@ use std::time::Duration;
 use streamkeeper::api::StatefulStreamJob;
 use streamkeeper::controller::reconcile::reconcile;
 use streamkeeper::controller::{Context, ReconcileError, Settings};
-use streamkeeper::metrics::Metrics;
+use streamkeeper::telemetry::metrics::Metrics;
 
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A plain `GET path` to `address` (host:port): the whole answer, head and body; `None` when
-/// nothing answers.
-pub async fn http_get(address: &str, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.ok()?;
-    Some(answer)
+/// The Prometheus text served on `address` (`/metrics`), read off the async runtime; `None`
+/// while nothing answers 200 there.
+pub async fn metrics_text(address: &str) -> Option<String> {
+    let address = address.to_string();
+    let answer = tokio::task::spawn_blocking(move || support::http_get(&address, "/metrics"))
+        .await
+        .ok()??;
+    (answer.0 == 200).then_some(answer.1)
 }
 
 /// Merges `spec` into job `name`'s spec.
@@ -58,7 +56,7 @@ pub fn condition<'a>(
     type_: &str,
 ) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
     let status = job.status.as_ref().expect("status written");
-    streamkeeper::controller::conditions::find(&status.conditions, type_)
+    streamkeeper::controller::judge::conditions::find(&status.conditions, type_)
         .unwrap_or_else(|| panic!("condition {type_} missing: {:#?}", status.conditions))
 }
 pub const S3_SECRET: &str = "s3-credentials";
@@ -224,8 +222,16 @@ pub fn job(name: &str, input_topic: &str, prefix: &str) -> StatefulStreamJob {
     .unwrap()
 }
 
+/// The cluster id of the in-process operators' contexts (the binary reads kube-system's uid).
+pub const TEST_CLUSTER_ID: &str = "streamkeeper-tests";
+
 /// A context like the binary's, for reconciling in-process.
 pub fn context(client: &Client) -> Arc<Context> {
+    context_in_cluster(client, None)
+}
+
+/// [`context`] of an operator started with `--cluster-name <cluster>`.
+pub fn context_in_cluster(client: &Client, cluster: Option<&str>) -> Arc<Context> {
     let reporter = Reporter {
         controller: "streamkeeper-operator".into(),
         instance: Some("integration-test".into()),
@@ -236,6 +242,8 @@ pub fn context(client: &Client) -> Arc<Context> {
         Arc::new(Metrics::new()),
         Settings {
             final_checkpoint_timeout: Duration::from_secs(3),
+            cluster: cluster.map(str::to_string),
+            cluster_id: Some(TEST_CLUSTER_ID.into()),
         },
     ))
 }

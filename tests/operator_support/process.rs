@@ -5,7 +5,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 pub struct Operator {
     pub identity: String,
@@ -104,24 +103,6 @@ pub async fn holder(leases: &Api<Lease>) -> Option<String> {
         .and_then(|spec| spec.holder_identity)
 }
 
-pub async fn wait_for<T>(
-    what: &str,
-    timeout: Duration,
-    mut check: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 /// Kills the process when the test ends, passed or not.
 pub struct KillOnDrop(pub Child);
 
@@ -157,7 +138,7 @@ impl super::failover::System {
             .split_whitespace()
             .find_map(|word| word.strip_prefix("address="))?
             .to_string();
-        super::http_get(&address, "/metrics").await
+        super::metrics_text(&address).await
     }
 }
 

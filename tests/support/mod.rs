@@ -1,54 +1,14 @@
-//! Test support shared by the integration tests: where the real services are.
-//! The services are started by the scripts in `tests/services/`; `tests/run.sh` starts them and
-//! exports these variables. A missing variable fails the test with the command that fixes it:
-//! a test against a real service is never silently skipped.
-#![allow(dead_code, clippy::panic, clippy::expect_used)]
+//! Support for the operator's integration tests: what they share with the worker's tests
+//! (where the real services are, unique names, plain HTTP) comes from the test-support crate
+//! (`test-tools/test-support`); what only the operator's need (the apiserver client, the CRD,
+//! topic configs) is here.
+// Each test crate uses some of these re-exports and helpers, none all of them.
+#![allow(dead_code, unused_imports, clippy::panic, clippy::expect_used)]
 
-pub fn required_env(name: &str, started_by: &str) -> String {
-    match std::env::var(name) {
-        Ok(value) if !value.is_empty() => value,
-        _ => panic!(
-            "{name} is not set: this test needs the real service started by `{started_by} start` \
-             (or run every test through `tests/run.sh`, which starts and stops the services)"
-        ),
-    }
-}
-
-pub fn kafka_bootstrap() -> String {
-    required_env("SK_KAFKA_BOOTSTRAP", "tests/services/kafka.sh")
-}
-
-pub struct S3Settings {
-    pub endpoint: String,
-    pub bucket: String,
-    pub region: String,
-    pub access_key: String,
-    pub secret_key: String,
-}
-
-pub fn s3_settings() -> S3Settings {
-    let script = "tests/services/s3.sh";
-    S3Settings {
-        endpoint: required_env("SK_S3_ENDPOINT", script),
-        bucket: required_env("SK_S3_BUCKET", script),
-        region: required_env("SK_S3_REGION", script),
-        access_key: required_env("SK_S3_ACCESS_KEY", script),
-        secret_key: required_env("SK_S3_SECRET_KEY", script),
-    }
-}
-
-pub fn kubeconfig() -> String {
-    required_env("KUBECONFIG", "tests/services/kube.sh")
-}
-
-/// A name unique to this test run, for topics, namespaces and keys.
-pub fn unique_name(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!("{prefix}-{}-{:x}", std::process::id(), nanos & 0xffff_ffff)
-}
+pub use streamkeeper_test_support::{
+    S3Settings, free_port, http_get, http_request, kafka_bootstrap, kubeconfig, required_env,
+    s3_client, s3_settings, unique_name, wait_for, wait_for_or, wait_until,
+};
 
 /// A client of the test apiserver named by `KUBECONFIG`.
 pub async fn kube_client() -> kube::Client {
@@ -82,25 +42,6 @@ pub async fn install_crd(client: &kube::Client) {
     .await
     .expect("the CRD becomes established within 30 s")
     .expect("watching the CRD works");
-}
-
-/// An S3 client for the test server, path-style, with the test credentials.
-pub fn s3_client(settings: &S3Settings) -> aws_sdk_s3::Client {
-    use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
-    let config = aws_sdk_s3::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .endpoint_url(&settings.endpoint)
-        .region(Region::new(settings.region.clone()))
-        .force_path_style(true)
-        .credentials_provider(Credentials::new(
-            &settings.access_key,
-            &settings.secret_key,
-            None,
-            None,
-            "streamkeeper-tests",
-        ))
-        .build();
-    aws_sdk_s3::Client::from_conf(config)
 }
 
 /// The configs of `topic`, asked for until the broker's metadata shows the topic: before

@@ -21,7 +21,7 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
-    let input = unique("bench-input");
+    let input = unique_name("bench-input");
     create_topic(&input, PARTITIONS, false).await;
     let started = Instant::now();
     produce(

@@ -141,8 +141,8 @@ fn raw_read(topic: &str, partitions: i32) -> Restore {
             let topic = topic.to_string();
             std::thread::spawn(move || {
                 let consumer: BaseConsumer = ClientConfig::new()
-                    .set("bootstrap.servers", support::bootstrap())
-                    .set("group.id", support::unique("bench-raw"))
+                    .set("bootstrap.servers", support::kafka_bootstrap())
+                    .set("group.id", support::unique_name("bench-raw"))
                     .set("enable.auto.commit", "false")
                     .set("isolation.level", "read_committed")
                     .set("enable.partition.eof", "true")
@@ -193,7 +193,7 @@ fn main() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let runtime = tokio::runtime::Runtime::new().unwrap();
 
-    let input = support::unique("bench-input");
+    let input = support::unique_name("bench-input");
     runtime.block_on(support::create_topic(&input, partitions, false));
     let mut job = runtime.block_on(Job::new("bench", &input, partitions, hourly_aggregate()));
     // The worker's defaults (100 ms or 10,000 records), not the tests' tighter cadence.

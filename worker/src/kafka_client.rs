@@ -8,6 +8,10 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use streamkeeper_contract::worker_config::KafkaConfig;
 
+/// The producer's `message.max.bytes`: the largest record the worker ever sends. The active
+/// loop checks every record against it before producing (`task::active::record_size`).
+pub const MAX_RECORD_BYTES: usize = 1_000_000;
+
 /// Why a Kafka client could not be configured.
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaSetupError {
@@ -107,11 +111,8 @@ pub fn transactional_producer_config(
             kafka.transaction_timeout.as_millis().to_string(),
         )
         // Set, not left to the default, because the loop checks every record against it
-        // before producing (`task::record_size`).
-        .set(
-            "message.max.bytes",
-            crate::task::MAX_RECORD_BYTES.to_string(),
-        )
+        // before producing (`task::active::record_size`).
+        .set("message.max.bytes", MAX_RECORD_BYTES.to_string())
         .set("linger.ms", "5")
         .set("batch.size", "1000000")
         .set("compression.type", "lz4")

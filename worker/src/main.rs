@@ -4,7 +4,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use streamkeeper_contract::{FormatError, Versioned, WorkerConfig};
-use streamkeeper_worker::share::TaskShare;
+use streamkeeper_worker::runtime::{self, TaskShare};
 
 /// The streamkeeper worker: exactly-once stateful processing on RocksDB with a Kafka changelog.
 #[derive(Parser, Debug)]
@@ -158,7 +158,7 @@ fn main() -> ExitCode {
                 (_, None) => TaskShare::All,
             };
             let pod = args.pod_name.clone();
-            match streamkeeper_worker::standalone::run(config, share, pod) {
+            match runtime::run(config, share, pod) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     tracing::error!(%error, "worker failed");

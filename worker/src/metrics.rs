@@ -1,7 +1,6 @@
 //! The worker's Prometheus metrics, registered in one registry owned by the worker (no globals).
 //! Names are `streamkeeper_*` with units in the name.
 
-use crate::status::TaskPhase;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
@@ -10,6 +9,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Metric, Registry};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use streamkeeper_contract::task_report::TaskPhase;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TaskLabel {
@@ -73,6 +73,9 @@ pub struct WorkerMetrics {
     pub input_offset_repairs: Family<ReasonLabel, Counter>,
     pub input_records_lost: Family<TaskLabel, Counter>,
     pub input_offset_refreshes: Family<TaskLabel, Counter>,
+    /// Consumers (a task's input, a standby's changelog) replaced because they stopped
+    /// delivering records the broker holds.
+    pub consumer_stalls: Family<TaskLabel, Counter>,
     pub standby_lag_records: Family<TaskLabel, Gauge>,
     pub promotions: Family<TaskLabel, Counter>,
     pub promotion_seconds: Family<TaskLabel, Gauge<f64, AtomicU64>>,
@@ -117,6 +120,7 @@ impl WorkerMetrics {
             input_offset_repairs: Family::default(),
             input_records_lost: Family::default(),
             input_offset_refreshes: Family::default(),
+            consumer_stalls: Family::default(),
             standby_lag_records: Family::default(),
             promotions: Family::default(),
             promotion_seconds: Family::default(),
@@ -129,181 +133,9 @@ impl WorkerMetrics {
             prefix: "streamkeeper",
             families: Vec::new(),
         };
-        r.register(
-            "input_records",
-            "Input records processed",
-            metrics.records_processed.clone(),
-        );
-        r.register(
-            "dead_letter_records",
-            "Input records sent to the dead-letter topic, by reason",
-            metrics.records_dead_lettered.clone(),
-        );
-        r.register(
-            "dropped_records",
-            "Input records dropped by the processor (late, duplicate)",
-            metrics.records_dropped.clone(),
-        );
-        r.register(
-            "transactions_committed",
-            "Kafka transactions committed",
-            metrics.transactions_committed.clone(),
-        );
-        r.register(
-            "transactions_aborted",
-            "Kafka transactions aborted",
-            metrics.transactions_aborted.clone(),
-        );
-        r.register(
-            "changelog_records_written",
-            "Changelog records produced",
-            metrics.changelog_records_written.clone(),
-        );
-        r.register(
-            "restore_records",
-            "Changelog records replayed by restores",
-            metrics.restore_records.clone(),
-        );
-        r.register(
-            "restore_bytes",
-            "Changelog bytes replayed by restores",
-            metrics.restore_bytes.clone(),
-        );
-        r.register(
-            "restore_target_records",
-            "Changelog records the running restore must replay",
-            metrics.restore_records_total.clone(),
-        );
-        r.register(
-            "restore_rate_records_per_second",
-            "Replay rate of the running restore",
-            metrics.restore_records_per_second.clone(),
-        );
-        r.register(
-            "restore_eta_seconds",
-            "Estimated time left of the running restore",
-            metrics.restore_eta_seconds.clone(),
-        );
-        r.register(
-            "input_lag_records",
-            "Input records behind the partition end",
-            metrics.input_lag_records.clone(),
-        );
-        r.register(
-            "task_phase_transitions",
-            "Task phase transitions, by phase entered",
-            metrics.phase_transitions.clone(),
-        );
-        r.register(
-            "task_errors",
-            "Task errors, by category",
-            metrics.task_errors.clone(),
-        );
-        r.register(
-            "checkpoints",
-            "Durable checkpoints written to S3",
-            metrics.checkpoints.clone(),
-        );
-        r.register(
-            "checkpoint_failures",
-            "Checkpoint attempts that failed (S3 or local); retried with backoff",
-            metrics.checkpoint_failures.clone(),
-        );
-        r.register(
-            "checkpoint_fallbacks",
-            "Restores that skipped a missing or corrupt checkpoint for an older one",
-            metrics.checkpoint_fallbacks.clone(),
-        );
-        r.register(
-            "checkpoint_uploaded_bytes",
-            "Bytes uploaded to S3 by checkpoints (new objects only)",
-            metrics.checkpoint_uploaded_bytes.clone(),
-        );
-        r.register(
-            "checkpoint_duration_seconds",
-            "Duration of the newest durable checkpoint, snapshot to manifest",
-            metrics.checkpoint_duration_seconds.clone(),
-        );
-        r.register(
-            "checkpoint_snapshot_seconds",
-            "Time the processing loop spent on the newest local RocksDB checkpoint",
-            metrics.checkpoint_snapshot_seconds.clone(),
-        );
-        r.register(
-            "checkpoint_last_success_timestamp_seconds",
-            "Unix time of the newest durable checkpoint",
-            metrics.checkpoint_last_success_seconds.clone(),
-        );
-        r.register(
-            "checkpoint_age_seconds",
-            "Age of the newest durable checkpoint",
-            metrics.checkpoint_age_seconds.clone(),
-        );
-        r.register(
-            "checkpoint_gc_deleted_objects",
-            "Checkpoint objects and manifests deleted by retention",
-            metrics.checkpoint_gc_deleted_objects.clone(),
-        );
-        r.register(
-            "restore_download_bytes",
-            "Checkpoint bytes downloaded by restores",
-            metrics.restore_download_bytes.clone(),
-        );
-        r.register(
-            "restore_download_target_bytes",
-            "Bytes the running checkpoint download must fetch",
-            metrics.restore_download_target_bytes.clone(),
-        );
-        r.register(
-            "restore_download_rate_bytes_per_second",
-            "Download rate of the running checkpoint restore",
-            metrics.restore_download_bytes_per_second.clone(),
-        );
-        r.register(
-            "input_offset_repairs",
-            "Starts where Kafka's committed input offset disagreed with the state's position and was written again, by how (missing, behind, ahead)",
-            metrics.input_offset_repairs.clone(),
-        );
-        r.register(
-            "input_lost_records",
-            "Input records retention deleted before the task processed them (a recovery gap)",
-            metrics.input_records_lost.clone(),
-        );
-        r.register(
-            "input_offset_refreshes",
-            "Commits of an idle task's unchanged input offset, which keep Kafka from expiring it",
-            metrics.input_offset_refreshes.clone(),
-        );
-        r.register(
-            "standby_lag_records",
-            "Changelog records a standby copy has not applied yet",
-            metrics.standby_lag_records.clone(),
-        );
-        r.register(
-            "promotions",
-            "Standby copies of this worker promoted to active",
-            metrics.promotions.clone(),
-        );
-        r.register(
-            "promotion_seconds",
-            "The newest promotion on this worker: from the assignment that made the task active to its first committed transaction",
-            metrics.promotion_seconds.clone(),
-        );
-        r.register(
-            "handoffs",
-            "Active tasks this worker committed and released to another owner (demoted to standby or dropped)",
-            metrics.handoffs.clone(),
-        );
-        r.register(
-            "assignment_generation",
-            "Generation of the newest assignment document this worker acts on",
-            metrics.assignment_generation.clone(),
-        );
-        r.register(
-            "assignment_resumes",
-            "Starts that ran the assignment recorded on the volume again because no operator sent one within 10 s",
-            metrics.assignment_resumes.clone(),
-        );
+        register_task_families(r, &metrics);
+        register_checkpoint_families(r, &metrics);
+        register_input_and_role_families(r, &metrics);
         let families = Arc::new(std::mem::take(&mut r.families));
         Self {
             registry: Arc::new(registry),
@@ -337,6 +169,7 @@ impl WorkerMetrics {
             &self.restore_download_bytes,
             &self.input_records_lost,
             &self.input_offset_refreshes,
+            &self.consumer_stalls,
             &self.promotions,
             &self.handoffs,
         ] {
@@ -397,6 +230,199 @@ impl WorkerMetrics {
         }
         out
     }
+}
+
+/// Registers the families of the tasks' processing, restores, lag, phases and errors.
+fn register_task_families(r: &mut Registrar<'_>, metrics: &WorkerMetrics) {
+    r.register(
+        "input_records",
+        "Input records processed",
+        metrics.records_processed.clone(),
+    );
+    r.register(
+        "dead_letter_records",
+        "Input records sent to the dead-letter topic, by reason",
+        metrics.records_dead_lettered.clone(),
+    );
+    r.register(
+        "dropped_records",
+        "Input records dropped by the processor (late, duplicate)",
+        metrics.records_dropped.clone(),
+    );
+    r.register(
+        "transactions_committed",
+        "Kafka transactions committed",
+        metrics.transactions_committed.clone(),
+    );
+    r.register(
+        "transactions_aborted",
+        "Kafka transactions aborted",
+        metrics.transactions_aborted.clone(),
+    );
+    r.register(
+        "changelog_records_written",
+        "Changelog records produced",
+        metrics.changelog_records_written.clone(),
+    );
+    r.register(
+        "restore_records",
+        "Changelog records replayed by restores",
+        metrics.restore_records.clone(),
+    );
+    r.register(
+        "restore_bytes",
+        "Changelog bytes replayed by restores",
+        metrics.restore_bytes.clone(),
+    );
+    r.register(
+        "restore_target_records",
+        "Changelog records the running restore must replay",
+        metrics.restore_records_total.clone(),
+    );
+    r.register(
+        "restore_rate_records_per_second",
+        "Replay rate of the running restore",
+        metrics.restore_records_per_second.clone(),
+    );
+    r.register(
+        "restore_eta_seconds",
+        "Estimated time left of the running restore",
+        metrics.restore_eta_seconds.clone(),
+    );
+    r.register(
+        "input_lag_records",
+        "Input records behind the partition end",
+        metrics.input_lag_records.clone(),
+    );
+    r.register(
+        "task_phase_transitions",
+        "Task phase transitions, by phase entered",
+        metrics.phase_transitions.clone(),
+    );
+    r.register(
+        "task_errors",
+        "Task errors, by category",
+        metrics.task_errors.clone(),
+    );
+}
+
+/// Registers the families of checkpoints, and the downloads of restores from them.
+fn register_checkpoint_families(r: &mut Registrar<'_>, metrics: &WorkerMetrics) {
+    r.register(
+        "checkpoints",
+        "Durable checkpoints written to S3",
+        metrics.checkpoints.clone(),
+    );
+    r.register(
+        "checkpoint_failures",
+        "Checkpoint attempts that failed (S3 or local); retried with backoff",
+        metrics.checkpoint_failures.clone(),
+    );
+    r.register(
+        "checkpoint_fallbacks",
+        "Restores that skipped a missing or corrupt checkpoint for an older one",
+        metrics.checkpoint_fallbacks.clone(),
+    );
+    r.register(
+        "checkpoint_uploaded_bytes",
+        "Bytes uploaded to S3 by checkpoints (new objects only)",
+        metrics.checkpoint_uploaded_bytes.clone(),
+    );
+    r.register(
+        "checkpoint_duration_seconds",
+        "Duration of the newest durable checkpoint, snapshot to manifest",
+        metrics.checkpoint_duration_seconds.clone(),
+    );
+    r.register(
+        "checkpoint_snapshot_seconds",
+        "Time the processing loop spent on the newest local RocksDB checkpoint",
+        metrics.checkpoint_snapshot_seconds.clone(),
+    );
+    r.register(
+        "checkpoint_last_success_timestamp_seconds",
+        "Unix time of the newest durable checkpoint",
+        metrics.checkpoint_last_success_seconds.clone(),
+    );
+    r.register(
+        "checkpoint_age_seconds",
+        "Age of the newest durable checkpoint",
+        metrics.checkpoint_age_seconds.clone(),
+    );
+    r.register(
+        "checkpoint_gc_deleted_objects",
+        "Checkpoint objects and manifests deleted by retention",
+        metrics.checkpoint_gc_deleted_objects.clone(),
+    );
+    r.register(
+        "restore_download_bytes",
+        "Checkpoint bytes downloaded by restores",
+        metrics.restore_download_bytes.clone(),
+    );
+    r.register(
+        "restore_download_target_bytes",
+        "Bytes the running checkpoint download must fetch",
+        metrics.restore_download_target_bytes.clone(),
+    );
+    r.register(
+        "restore_download_rate_bytes_per_second",
+        "Download rate of the running checkpoint restore",
+        metrics.restore_download_bytes_per_second.clone(),
+    );
+}
+
+/// Registers the families of the input offsets' repairs and refreshes, standbys, promotions,
+/// handoffs and the assignment.
+fn register_input_and_role_families(r: &mut Registrar<'_>, metrics: &WorkerMetrics) {
+    r.register(
+        "input_offset_repairs",
+        "Starts where Kafka's committed input offset disagreed with the state's position and was written again, by how (missing, behind, ahead)",
+        metrics.input_offset_repairs.clone(),
+    );
+    r.register(
+        "input_lost_records",
+        "Input records retention deleted before the task processed them (a recovery gap)",
+        metrics.input_records_lost.clone(),
+    );
+    r.register(
+        "input_offset_refreshes",
+        "Commits of an idle task's unchanged input offset, which keep Kafka from expiring it",
+        metrics.input_offset_refreshes.clone(),
+    );
+    r.register(
+        "consumer_stalls",
+        "Consumers (a task's input, a standby's changelog) that returned no record while the broker held records for them, replaced by restarting the role",
+        metrics.consumer_stalls.clone(),
+    );
+    r.register(
+        "standby_lag_records",
+        "Changelog records a standby copy has not applied yet",
+        metrics.standby_lag_records.clone(),
+    );
+    r.register(
+        "promotions",
+        "Standby copies of this worker promoted to active",
+        metrics.promotions.clone(),
+    );
+    r.register(
+        "promotion_seconds",
+        "The newest promotion on this worker: from the assignment that made the task active to its first committed transaction",
+        metrics.promotion_seconds.clone(),
+    );
+    r.register(
+        "handoffs",
+        "Active tasks this worker committed and released to another owner (demoted to standby or dropped)",
+        metrics.handoffs.clone(),
+    );
+    r.register(
+        "assignment_generation",
+        "Generation of the newest assignment document this worker acts on",
+        metrics.assignment_generation.clone(),
+    );
+    r.register(
+        "assignment_resumes",
+        "Starts that ran the assignment recorded on the volume again because no operator sent one within 10 s",
+        metrics.assignment_resumes.clone(),
+    );
 }
 
 /// Registers metrics in a registry and remembers their names.

@@ -20,7 +20,7 @@ fn kafka_script(action: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn worker_survives_a_broker_restart() {
-    let input = unique("restart-input");
+    let input = unique_name("restart-input");
     create_topic(&input, 2, false).await;
     produce(&input, 2, (0..30_000).map(|i| card_event(i, 200)));
     let job = Job::new("restart", &input, 2, aggregate_processor()).await;

@@ -12,7 +12,6 @@ mod support;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
-use support::checkpoints::wait_for;
 use support::*;
 
 /// Accepts on `listener` and copies bytes both ways to `target`, a thread per direction.
@@ -47,7 +46,7 @@ fn status_of(listen: &str, path: &str) -> Option<u16> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn worker_started_without_a_reachable_broker_waits_then_runs_exactly() {
-    let input = unique("unreachable-input");
+    let input = unique_name("unreachable-input");
     create_topic(&input, 2, false).await;
     produce(&input, 2, (0..5_000).map(|i| card_event(i, 100)));
 
@@ -85,7 +84,7 @@ async fn worker_started_without_a_reachable_broker_waits_then_runs_exactly() {
 
     forward(
         TcpListener::bind(("127.0.0.1", proxy_port)).unwrap(),
-        bootstrap(),
+        kafka_bootstrap(),
     );
     job.wait_until_caught_up(&mut worker, Duration::from_secs(300));
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -113,7 +112,7 @@ async fn worker_started_without_a_reachable_broker_waits_then_runs_exactly() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_while_the_broker_is_unreachable_stops_the_worker() {
-    let input = unique("unreachable-stop-input");
+    let input = unique_name("unreachable-stop-input");
     create_topic(&input, 1, false).await;
     let mut job = Job::new("unreachable-stop", &input, 1, aggregate_processor()).await;
     job.config.kafka.bootstrap_servers = format!("127.0.0.1:{}", free_port());

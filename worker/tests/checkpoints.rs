@@ -14,7 +14,7 @@ use support::*;
 const KEYS: u32 = 400;
 
 async fn input_topic(partitions: i32, range: std::ops::Range<u32>) -> String {
-    let topic = unique("ckpt-input");
+    let topic = unique_name("ckpt-input");
     create_topic(&topic, partitions, false).await;
     produce(&topic, partitions, range.map(|i| card_event(i, KEYS)));
     topic

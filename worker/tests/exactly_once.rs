@@ -13,7 +13,7 @@ const RECORDS: u32 = 50_000;
 const KEYS: u32 = 400;
 
 async fn input_topic(records: u32) -> String {
-    let topic = unique("input");
+    let topic = unique_name("input");
     create_topic(&topic, PARTITIONS, false).await;
     produce(
         &topic,
@@ -102,7 +102,7 @@ async fn graceful_restart_replays_nothing() {
     let job = Job::new("graceful", &input, PARTITIONS, count_processor()).await;
     let mut worker = job.start(None);
     // Stop it part-way: once some input is committed, before all of it is.
-    support::checkpoints::wait_for("a first commit", Duration::from_secs(60), || {
+    support::wait_for("a first commit", Duration::from_secs(60), || {
         job.committed_offsets().values().any(|offset| *offset > 0)
     });
     worker.terminate(Duration::from_secs(30));
@@ -111,7 +111,7 @@ async fn graceful_restart_replays_nothing() {
     job.wait_until_caught_up(&mut worker, Duration::from_secs(120));
     // The first worker may have committed everything before it stopped: then the input is
     // caught up at once, and the restarted one must still be given the time to open its tasks.
-    support::checkpoints::wait_for(
+    support::wait_for(
         "the restarted worker's restores",
         Duration::from_secs(60),
         || restored_tasks(&worker.log()) == all_tasks(PARTITIONS),
@@ -181,7 +181,7 @@ async fn corrupt_local_state_is_rebuilt_from_the_changelog() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_records_go_to_the_dead_letter_topic_and_the_task_goes_on() {
-    let topic = unique("mixed-input");
+    let topic = unique_name("mixed-input");
     create_topic(&topic, 1, false).await;
     let mut records = Vec::new();
     let mut expected_bad = Vec::new();
@@ -249,7 +249,7 @@ async fn bad_records_go_to_the_dead_letter_topic_and_the_task_goes_on() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_record_whose_output_cannot_be_produced_is_dead_lettered_and_the_task_goes_on() {
-    let topic = unique("big-key-input");
+    let topic = unique_name("big-key-input");
     create_topic(&topic, 1, false).await;
     // A valid record whose 600 KB card is repeated in its output (key and value): 1.2 MB, over
     // any producer's limit. Its changelog record alone (600 KB) would fit.
@@ -297,7 +297,7 @@ async fn a_far_future_event_time_is_dead_lettered_and_does_not_close_every_windo
         normal[0].0.clone(),
         r#"{"card":"card-0","amount":5,"ts":"9999-12-31T23:59:59Z"}"#.to_string(),
     );
-    let with_far = unique("far-future-input");
+    let with_far = unique_name("far-future-input");
     create_topic(&with_far, 1, false).await;
     let mut records = normal[..300].to_vec();
     records.push(far.clone());
@@ -306,7 +306,7 @@ async fn a_far_future_event_time_is_dead_lettered_and_does_not_close_every_windo
     let job = Job::new("far-future", &with_far, 1, aggregate_processor()).await;
     run_to_completion(&job);
 
-    let without = unique("far-future-reference-input");
+    let without = unique_name("far-future-reference-input");
     create_topic(&without, 1, false).await;
     produce(&without, 1, normal);
     let reference = Job::new("far-future-reference", &without, 1, aggregate_processor()).await;
@@ -343,7 +343,7 @@ async fn a_state_built_by_another_processor_stops_the_task_with_both_named() {
             std::fs::remove_dir_all(&job.config.state.dir).unwrap();
         }
         let mut worker = job.start(None);
-        support::checkpoints::wait_for("every task to refuse", TIMEOUT * 2, || {
+        support::wait_for("every task to refuse", TIMEOUT * 2, || {
             let log = worker.log();
             log.lines()
                 .filter(|l| l.contains("processor mismatch"))

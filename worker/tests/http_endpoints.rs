@@ -10,7 +10,7 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn endpoints_report_readiness_metrics_and_tasks() {
-    let input = unique("http-input");
+    let input = unique_name("http-input");
     create_topic(&input, 3, false).await;
     produce(&input, 3, (0..3_000).map(|i| card_event(i, 50)));
     let job = Job::new("http", &input, 3, count_processor()).await;
@@ -76,7 +76,7 @@ async fn endpoints_report_readiness_metrics_and_tasks() {
 /// it checkpoints every task. A worker with no token file refuses it whatever is sent.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_checkpoint_request_needs_the_jobs_worker_token() {
-    let input = unique("http-token-input");
+    let input = unique_name("http-token-input");
     create_topic(&input, 2, false).await;
     produce(&input, 2, (0..500).map(|i| card_event(i, 20)));
     let mut job = Job::new("http-token", &input, 2, count_processor()).await;
@@ -87,7 +87,7 @@ async fn a_checkpoint_request_needs_the_jobs_worker_token() {
     job.wait_until_caught_up(&mut worker, Duration::from_secs(60));
     let post = |worker: &Worker, headers: &[(&str, &str)]| {
         let limit = Duration::from_secs(150);
-        http_request_with(&address, "POST", "/v1/checkpoints", headers, "", limit)
+        http_request(&address, "POST", "/v1/checkpoints", headers, "", limit)
             .unwrap_or_else(|| panic!("no answer; log:\n{}", worker.log_tail()))
     };
 

@@ -2,7 +2,8 @@
 //! the state says even when Kafka's committed offsets are gone or moved (offset expiry, a deleted
 //! or reset group), an idle task keeps its offsets alive, input deleted before it was processed
 //! is a reported gap, a checkpoint taken after a full replay records the right input offset,
-//! and a task idle past the changelog's `delete.retention.ms` restarts from its local state.
+//! a task idle past the changelog's `delete.retention.ms` restarts from its local state, and an
+//! input consumer that stops delivering records the broker holds is replaced.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod support;
@@ -21,7 +22,7 @@ const PARTITIONS: i32 = 4;
 const KEYS: u32 = 50;
 
 async fn input_topic(range: std::ops::Range<u32>) -> String {
-    let topic = unique("position-input");
+    let topic = unique_name("position-input");
     create_topic(&topic, PARTITIONS, false).await;
     produce(&topic, PARTITIONS, range.map(|i| card_event(i, KEYS)));
     topic
@@ -35,7 +36,7 @@ fn run_to_completion(job: &Job) {
 
 fn admin() -> AdminClient<DefaultClientContext> {
     ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
+        .set("bootstrap.servers", kafka_bootstrap())
         .create()
         .unwrap()
 }
@@ -70,7 +71,7 @@ async fn delete_group_of_stopped_job(job: &Job) {
 /// `kafka-consumer-groups --reset-offsets` would.
 fn reset_group(job: &Job, offset: i64) {
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
+        .set("bootstrap.servers", kafka_bootstrap())
         .set("group.id", job.config.job.group_id())
         .create()
         .unwrap();
@@ -275,4 +276,31 @@ async fn a_task_idle_past_the_tombstone_retention_restarts_from_its_local_state(
     );
     assert_eq!(replayed_records(&log), 0, "nothing replayed:\n{log}");
     assert!(!log.contains("local state unusable"), "{log}");
+}
+
+/// librdkafka's consumer can stop fetching after a broker restart and say nothing (see the
+/// worker's `consumer_watch`). The `input-stops` failpoint pauses one task's consumer after 300
+/// records, a stall the broker does not see; the task must replace its consumer, catch up and
+/// produce exactly what an undisturbed run produces. Without the watch it never catches up.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_input_consumer_that_stops_delivering_is_replaced_and_the_output_is_exact() {
+    let input = input_topic(0..2_000).await;
+    let mut job = Job::new("position-stall", &input, PARTITIONS, count_processor()).await;
+    job.env
+        .push(("STREAMKEEPER_CONSUMER_STALL_SECONDS".into(), "2".into()));
+    let mut worker = job.start(Some("input-stops:300"));
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(90));
+    worker.terminate(Duration::from_secs(30));
+    let log = worker.log();
+    assert_eq!(
+        log.matches("a consumer stopped delivering records the broker holds")
+            .count(),
+        1,
+        "one stall, found and replaced once; log:\n{}",
+        worker.log_tail()
+    );
+
+    let reference = Job::new("position-stall-ref", &input, PARTITIONS, count_processor()).await;
+    run_to_completion(&reference);
+    assert_same_output(&job.output(), &reference.output());
 }

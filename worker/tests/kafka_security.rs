@@ -23,7 +23,7 @@ fn env(name: &str) -> String {
 }
 
 async fn job(name: &str) -> Job {
-    let input = unique("secure-in");
+    let input = unique_name("secure-in");
     create_topic(&input, PARTITIONS, false).await;
     produce(
         &input,

@@ -24,7 +24,7 @@ fn task_numbers(listen: &str) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_replicas_split_the_tasks_and_stay_exact() {
-    let input = unique("share-input");
+    let input = unique_name("share-input");
     create_topic(&input, 4, false).await;
     produce(&input, 4, (0..8_000).map(|i| card_event(i, 150)));
 

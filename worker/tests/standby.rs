@@ -1,7 +1,8 @@
 //! Standby tasks and promotion against the real broker: worker processes run as the pods of a
 //! StatefulSet on their own volumes, and the tests send them assignment documents as the
 //! operator does. Input flows while an owner is killed (or frozen); the output, read with
-//! read_committed, is compared with an uninterrupted run of the same input.
+//! read_committed, is compared with an uninterrupted run of the same input. A standby whose
+//! changelog consumer stalls replaces it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod support;
@@ -51,7 +52,7 @@ async fn reference_output(input: &str) -> std::collections::BTreeMap<i32, Vec<(S
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_owners_tasks_move_to_their_warm_standbys_and_the_output_stays_exact() {
-    let input = unique("standby-input");
+    let input = unique_name("standby-input");
     create_topic(&input, PARTITIONS, false).await;
     let mut job = Job::new("standby", &input, PARTITIONS, count_processor()).await;
     let mut a = Pod::start(&mut job, "standby-0", 2);
@@ -168,7 +169,7 @@ async fn a_killed_owners_tasks_move_to_their_warm_standbys_and_the_output_stays_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_frozen_owner_is_fenced_writes_nothing_more_and_rejoins_as_a_standby() {
-    let input = unique("frozen-input");
+    let input = unique_name("frozen-input");
     create_topic(&input, PARTITIONS, false).await;
     let mut job = Job::new("frozen", &input, PARTITIONS, count_processor()).await;
     let mut a = Pod::start(&mut job, "frozen-0", 2);
@@ -251,4 +252,56 @@ fn field(line: &str, name: &str) -> i64 {
         .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
         .and_then(|digits| digits.parse().ok())
         .unwrap_or_else(|| panic!("no {name} in {line}"))
+}
+
+/// librdkafka's consumer can stop fetching after a broker restart and say nothing (see the
+/// worker's `consumer_watch`). The `changelog-stops` failpoint pauses the standby pod's tail of
+/// one task after 20 records while input flows; the copy must replace its consumer and be warm
+/// again. Without the watch its lag only grows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standby_whose_changelog_consumer_stalls_replaces_it_and_is_warm_again() {
+    let input = unique_name("standby-stall-input");
+    create_topic(&input, PARTITIONS, false).await;
+    let mut job = Job::new("standby-stall", &input, PARTITIONS, count_processor()).await;
+    let a = Pod::start(&mut job, "standby-stall-0", 2);
+    job.env.extend([
+        ("STREAMKEEPER_FAILPOINT".into(), "changelog-stops:20".into()),
+        ("STREAMKEEPER_CONSUMER_STALL_SECONDS".into(), "2".into()),
+    ]);
+    let b = Pod::start(&mut job, "standby-stall-1", 2);
+    let both_on_a = document(
+        1,
+        &[
+            ("standby-stall-0", &["standby-stall-1"]),
+            ("standby-stall-0", &["standby-stall-1"]),
+        ],
+    );
+    assign_all(&[&a, &b], &both_on_a);
+    let (producer, _) = produce_while_running(input.clone());
+    producer.join().unwrap();
+    wait_for(
+        "the owner commits every input record",
+        Duration::from_secs(120),
+        || caught_up(&job),
+    );
+    wait_for(
+        "both copies are warm and caught up",
+        Duration::from_secs(60),
+        || warm_standby(&b, 0, 5) && warm_standby(&b, 1, 5),
+    );
+    let replaced = b
+        .worker
+        .log()
+        .lines()
+        .filter(|line| {
+            line.contains("a consumer stopped delivering records the broker holds")
+                && line.contains("changelog")
+        })
+        .count();
+    assert_eq!(
+        replaced,
+        1,
+        "one stalled tail, replaced once; log:\n{}",
+        b.worker.log_tail()
+    );
 }

@@ -2,7 +2,8 @@
 //! downloading a checkpoint through a slow link when the next document drops it. The document
 //! is answered at once, the copy ends within a second, the pod's health and reports answer
 //! throughout (so an operator would never take the pod for silent and promote its other
-//! actives away), the pod's own active task goes on committing, and the output is exact.
+//! actives away), the pod's own active task goes on committing, and the output is exact. And a
+//! pod that hands an active task off stays ready with the tasks it keeps.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod support;
@@ -24,7 +25,7 @@ const SLOW_LINK_BYTES_PER_SECOND: u64 = 4_096;
 /// One poll of `path` on `address`: how long the answer took (`None`: no 200 answer).
 fn timed_get(address: &str, path: &str) -> Option<Duration> {
     let asked = Instant::now();
-    http_request(address, "GET", path, Duration::from_secs(2))
+    worker_request(address, "GET", path, Duration::from_secs(2))
         .filter(|(status, _)| *status == 200)
         .map(|_| asked.elapsed())
 }
@@ -50,7 +51,7 @@ fn poll_health(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_copy_dropped_mid_download_stops_at_once_and_the_pod_keeps_answering() {
-    let input = unique("drop-input");
+    let input = unique_name("drop-input");
     create_topic(&input, PARTITIONS, false).await;
     produce(&input, PARTITIONS, (0..KEYS).map(|i| card_event(i, KEYS)));
     let s3 = s3_settings();
@@ -129,7 +130,14 @@ async fn a_copy_dropped_mid_download_stops_at_once_and_the_pod_keeps_answering()
     wait_for_or(
         "the dropped copy stops",
         Duration::from_secs(30),
-        || b.report(0).is_some_and(|r| r.phase == TaskPhase::Stopped),
+        || {
+            // It ends, then leaves the reports (the pod answers: it still runs task 1).
+            let reports = b.reports();
+            !reports.is_empty()
+                && reports
+                    .iter()
+                    .all(|r| r.task != 0 || r.phase == TaskPhase::Stopped)
+        },
         || format!("{:?}\n{}", b.report(0), b.worker.log_tail()),
     );
     let stopped = sent.elapsed();
@@ -193,4 +201,38 @@ async fn a_copy_dropped_mid_download_stops_at_once_and_the_pod_keeps_answering()
     reference.wait_until_caught_up(&mut worker, Duration::from_secs(120));
     worker.terminate(Duration::from_secs(30));
     assert_same_output(&got, &reference.output());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_that_hands_an_active_task_off_stays_ready_with_the_tasks_it_keeps() {
+    let input = unique_name("handoff-ready-input");
+    create_topic(&input, PARTITIONS, false).await;
+    produce(&input, PARTITIONS, (0..400).map(|i| card_event(i, 50)));
+    let mut job = Job::new("handoff-ready", &input, PARTITIONS, count_processor()).await;
+    let pod = Pod::start(&mut job, "handoff-ready-0", 2);
+    let ready = |pod: &Pod| http_get(&pod.address, "/readyz").is_some_and(|(s, _)| s == 200);
+
+    assign_all(&[&pod], &document(1, &[(&pod.name, &[]), (&pod.name, &[])]));
+    wait_for(
+        "both tasks running, the pod ready",
+        Duration::from_secs(60),
+        || ready(&pod),
+    );
+
+    // Task 1 moves to another pod (with no standby left here): this pod keeps task 0.
+    assign_all(
+        &[&pod],
+        &document(2, &[(&pod.name, &[]), ("handoff-ready-1", &[])]),
+    );
+    wait_for("task 1 ended on the pod", Duration::from_secs(30), || {
+        pod.report(1).is_none_or(|r| r.phase == TaskPhase::Stopped)
+    });
+    wait_for("the pod ready with task 0", Duration::from_secs(10), || {
+        ready(&pod)
+    });
+    assert!(pod.report(1).is_none(), "task 1 left the pod's reports");
+    assert_eq!(
+        pod.report(0).expect("task 0 stays").phase,
+        TaskPhase::Running
+    );
 }

@@ -6,12 +6,11 @@
 mod support;
 
 use std::time::Duration;
-use support::checkpoints::wait_for;
 use support::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn newer_owner_fences_the_older_one() {
-    let input = unique("zombie-input");
+    let input = unique_name("zombie-input");
     create_topic(&input, 2, false).await;
     produce(&input, 2, (0..20_000).map(|i| card_event(i, 100)));
 
@@ -65,7 +64,7 @@ async fn newer_owner_fences_the_older_one() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_transaction_aborted_by_its_timeout_is_retried_not_fenced() {
-    let input = unique("txn-timeout-input");
+    let input = unique_name("txn-timeout-input");
     create_topic(&input, 2, false).await;
     produce(&input, 2, (0..6_000).map(|i| card_event(i, 100)));
 

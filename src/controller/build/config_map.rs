@@ -2,8 +2,8 @@
 //! content that the pod template carries.
 
 use crate::controller::build::owned_metadata;
-use crate::controller::names;
-use crate::controller::validate::ValidatedJob;
+use crate::controller::valid_job::ValidatedJob;
+use crate::k8s::names;
 use k8s_openapi::api::core::v1::ConfigMap;
 use std::collections::BTreeMap;
 use streamkeeper_contract::{Versioned, WorkerConfig};
@@ -43,11 +43,11 @@ pub fn config_hash(config_map: &ConfigMap) -> String {
 mod tests {
     use super::*;
     use crate::controller::build::worker_config;
-    use crate::controller::fixtures;
+    use crate::controller::test_support;
 
     #[test]
     fn holds_the_rendered_config_under_worker_yaml() {
-        let job = fixtures::validated();
+        let job = test_support::validated();
         let config = worker_config::render(&job);
         let config_map = build(&job, &config);
         assert_eq!(
@@ -69,13 +69,13 @@ mod tests {
 
     #[test]
     fn hash_is_stable_and_follows_the_content() {
-        let job = fixtures::validated();
+        let job = test_support::validated();
         let config_map = build(&job, &worker_config::render(&job));
         let hash = config_hash(&config_map);
         assert_eq!(hash.len(), 16);
         assert_eq!(config_hash(&config_map), hash);
 
-        let other = fixtures::validated_with(|job| job.spec.checkpoint.interval = "1m".into());
+        let other = test_support::validated_with(|job| job.spec.checkpoint.interval = "1m".into());
         let other_map = build(&other, &worker_config::render(&other));
         assert_ne!(config_hash(&other_map), hash);
 

@@ -1,10 +1,6 @@
-//! Step 2 of the pipeline: pure builders from a [`ValidatedJob`] (and [`Facts`] read from
-//! outside beforehand) to every object the job should have.
-//!
-//! No builder reads the raw spec, the clock or the network; the same input always gives the same
-//! output, which is what makes a no-op reconcile a no-op under server-side apply. `apply`
-//! destructures [`DesiredResources`] without `..`, so a resource added here and never applied
-//! fails to compile.
+//! Step 3 of the pipeline (validate → read facts → **build** → apply → observe → judge → update
+//! status): pure builders from a [`ValidatedJob`] (and [`Facts`] read from outside beforehand) to
+//! every object the job should have.
 
 pub mod config_map;
 pub mod pdb;
@@ -17,8 +13,8 @@ pub mod worker_config;
 
 pub use topics::DesiredTopics;
 
-use crate::controller::labels;
-use crate::controller::validate::ValidatedJob;
+use crate::controller::valid_job::ValidatedJob;
+use crate::k8s::labels;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -84,12 +80,12 @@ pub(crate) fn owned_metadata(job: &ValidatedJob, name: String) -> ObjectMeta {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures;
+    use crate::controller::test_support;
     use kube::Resource;
 
     #[test]
     fn every_object_is_owned_by_the_job_as_controller() {
-        let job = fixtures::validated();
+        let job = test_support::validated();
         let DesiredResources {
             config_map,
             stateful_set,
@@ -97,7 +93,7 @@ mod tests {
             pod_disruption_budget,
             worker_token,
             topics: _,
-        } = build(&job, &fixtures::facts());
+        } = build(&job, &test_support::facts());
         let metas = [
             config_map.meta(),
             stateful_set.meta(),
@@ -114,7 +110,7 @@ mod tests {
             assert_eq!(owner.api_version, "streamkeeper.dev/v1alpha1");
             assert_eq!(owner.kind, "StatefulStreamJob");
             assert_eq!(owner.name, "card-count");
-            assert_eq!(owner.uid, fixtures::UID);
+            assert_eq!(owner.uid, test_support::UID);
             assert_eq!(owner.controller, Some(true));
             assert_eq!(owner.block_owner_deletion, Some(true));
             let labels = meta.labels.as_ref().unwrap();
@@ -135,10 +131,10 @@ mod tests {
 
     #[test]
     fn building_twice_gives_the_same_objects() {
-        let job = fixtures::validated();
+        let job = test_support::validated();
         assert_eq!(
-            build(&job, &fixtures::facts()),
-            build(&job, &fixtures::facts())
+            build(&job, &test_support::facts()),
+            build(&job, &test_support::facts())
         );
     }
 }

@@ -2,9 +2,9 @@
 //! task keeps a warm standby to fail over to while the other pods move.
 
 use crate::controller::build::owned_metadata;
-use crate::controller::labels;
-use crate::controller::names;
-use crate::controller::validate::ValidatedJob;
+use crate::controller::valid_job::ValidatedJob;
+use crate::k8s::labels;
+use crate::k8s::names;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -30,11 +30,11 @@ pub fn build(job: &ValidatedJob) -> PodDisruptionBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures::{self, json, yaml};
+    use crate::controller::test_support::{self, json, yaml};
 
     #[test]
     fn allows_one_pod_down_at_a_time() {
-        let pdb = build(&fixtures::validated());
+        let pdb = build(&test_support::validated());
         assert_eq!(pdb.metadata.name.as_deref(), Some("card-count"));
         assert_eq!(
             json(&pdb.spec),

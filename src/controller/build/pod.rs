@@ -4,10 +4,10 @@
 //! scheduling overrides merged with an anti-affinity that spreads the job's pods over nodes,
 //! and a spread of them over zones.
 
-use crate::api::{PullPolicy, RestoreSource};
-use crate::controller::labels;
-use crate::controller::names;
-use crate::controller::validate::{RestorePoint, ValidatedJob};
+use crate::api::PullPolicy;
+use crate::controller::valid_job::{RestorePoint, ValidatedJob};
+use crate::k8s::labels;
+use crate::k8s::names;
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
     EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector, PodAffinityTerm,
@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
 use streamkeeper_contract::Versioned;
 use streamkeeper_contract::restore_request::{
-    RESTORE_REQUEST_ENV, RestoreCheckpoint, RestoreReplaySource, RestoreRequestDocument,
+    RESTORE_REQUEST_ENV, RestoreCheckpoint, RestoreRequestDocument,
 };
 
 /// Seconds a worker gets after SIGTERM: enough to finish the open transaction and hand off.
@@ -104,10 +104,8 @@ pub fn restore_request(job: &ValidatedJob) -> Option<String> {
             RestorePoint::Latest => RestoreCheckpoint::Latest,
             RestorePoint::Sequence(sequence) => RestoreCheckpoint::Sequence(sequence),
         },
-        source: match restore.source {
-            RestoreSource::Changelog => RestoreReplaySource::Changelog,
-            RestoreSource::Input => RestoreReplaySource::Input,
-        },
+        source: restore.source.into(),
+        adopt_input: restore.adopt_input,
     };
     // Plain strings and numbers: serializing cannot fail.
     serde_json::to_string(&document).ok()

@@ -1,8 +1,9 @@
 use super::*;
-use crate::controller::fixtures::{self, json, yaml};
+use crate::controller::test_support::{self, json, yaml};
 use k8s_openapi::api::core::v1::{
     NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Toleration,
 };
+use streamkeeper_contract::restore_request::RestoreReplaySource;
 
 fn pod_spec(job: &ValidatedJob) -> serde_json::Value {
     json(&template(job, "0123456789abcdef").spec)
@@ -14,7 +15,7 @@ fn worker(job: &ValidatedJob) -> serde_json::Value {
 
 #[test]
 fn runs_the_worker_with_the_mounted_config() {
-    let container = worker(&fixtures::validated());
+    let container = worker(&test_support::validated());
     assert_eq!(container["name"], "worker");
     assert_eq!(container["image"], "streamkeeper/worker:0.1.0");
     assert_eq!(
@@ -53,7 +54,7 @@ fn runs_the_worker_with_the_mounted_config() {
 
 #[test]
 fn probes_ask_readyz_and_healthz_on_the_http_port() {
-    let container = worker(&fixtures::validated());
+    let container = worker(&test_support::validated());
     assert_eq!(
         container["readinessProbe"],
         yaml(
@@ -70,7 +71,7 @@ fn probes_ask_readyz_and_healthz_on_the_http_port() {
 
 #[test]
 fn security_context_is_locked_down() {
-    let spec = pod_spec(&fixtures::validated());
+    let spec = pod_spec(&test_support::validated());
     assert_eq!(
         spec["containers"][0]["securityContext"],
         yaml(
@@ -104,10 +105,10 @@ seccompProfile:
 
 #[test]
 fn the_pods_get_no_service_account_token_and_only_the_users_account() {
-    let spec = pod_spec(&fixtures::validated());
+    let spec = pod_spec(&test_support::validated());
     assert_eq!(spec["automountServiceAccountToken"], false);
     assert!(spec.get("serviceAccountName").is_none(), "{spec}");
-    let named = pod_spec(&fixtures::validated_with(|job| {
+    let named = pod_spec(&test_support::validated_with(|job| {
         job.spec.pod.service_account_name = Some("payments-workers".into());
     }));
     assert_eq!(named["serviceAccountName"], "payments-workers");
@@ -116,7 +117,7 @@ fn the_pods_get_no_service_account_token_and_only_the_users_account() {
 
 #[test]
 fn mounts_config_state_tmp_the_worker_token_and_s3_credentials() {
-    let spec = pod_spec(&fixtures::validated());
+    let spec = pod_spec(&test_support::validated());
     assert_eq!(
         spec["containers"][0]["volumeMounts"],
         yaml(
@@ -157,7 +158,9 @@ fn mounts_config_state_tmp_the_worker_token_and_s3_credentials() {
 
 #[test]
 fn kafka_secrets_become_files_where_the_config_points() {
-    let spec = pod_spec(&fixtures::validated_with(fixtures::with_kafka_security));
+    let spec = pod_spec(&test_support::validated_with(
+        test_support::with_kafka_security,
+    ));
     let volumes = spec["volumes"].as_array().unwrap();
     assert!(volumes.contains(&yaml(
         r#"
@@ -189,7 +192,7 @@ secret:
         "{name: kafka-sasl, mountPath: /etc/streamkeeper/kafka/sasl, readOnly: true}"
     )));
 
-    let without = pod_spec(&fixtures::validated_with(|job| {
+    let without = pod_spec(&test_support::validated_with(|job| {
         job.spec.checkpoint.s3.credentials_secret = None;
     }));
     let names: Vec<_> = without["volumes"]
@@ -201,7 +204,7 @@ secret:
     assert_eq!(names, ["config", "tmp", "worker-token"]);
 
     // TLS with system roots and no client certificate mounts nothing.
-    let system_roots = pod_spec(&fixtures::validated_with(|job| {
+    let system_roots = pod_spec(&test_support::validated_with(|job| {
         job.spec.kafka.tls = Some(crate::api::KafkaTlsSpec {
             ca: None,
             certificate: None,
@@ -213,7 +216,7 @@ secret:
 
 #[test]
 fn template_changes_with_the_config_hash_and_the_restart_nonce() {
-    let job = fixtures::validated();
+    let job = test_support::validated();
     let base = template(&job, "aaaaaaaaaaaaaaaa");
     let annotations = base.metadata.as_ref().unwrap().annotations.clone().unwrap();
     assert_eq!(
@@ -228,7 +231,7 @@ fn template_changes_with_the_config_hash_and_the_restart_nonce() {
     let nonce = |value: &str| {
         let value = value.to_string();
         template(
-            &fixtures::validated_with(|job| job.spec.restart_nonce = Some(value)),
+            &test_support::validated_with(|job| job.spec.restart_nonce = Some(value)),
             "aaaaaaaaaaaaaaaa",
         )
     };
@@ -263,7 +266,7 @@ fn pod_overrides_are_applied_and_anti_affinity_is_merged_in() {
         }),
         ..NodeAffinity::default()
     };
-    let job = fixtures::validated_with(|job| {
+    let job = test_support::validated_with(|job| {
         let pod = &mut job.spec.pod;
         pod.node_selector.insert("pool".into(), "streaming".into());
         pod.tolerations.push(Toleration {
@@ -331,7 +334,7 @@ preferredDuringSchedulingIgnoredDuringExecution:
 
 #[test]
 fn the_jobs_pods_are_spread_over_zones_without_ever_blocking_a_replica() {
-    let built = template(&fixtures::validated(), "0123456789abcdef");
+    let built = template(&test_support::validated(), "0123456789abcdef");
     let spread = built.spec.unwrap().topology_spread_constraints.unwrap();
     assert_eq!(
         json(&spread),
@@ -351,9 +354,9 @@ fn the_jobs_pods_are_spread_over_zones_without_ever_blocking_a_replica() {
 
 #[test]
 fn anti_affinity_is_not_added_twice() {
-    let job = fixtures::validated();
+    let job = test_support::validated();
     let once = affinity(&job);
-    let again = affinity(&fixtures::validated_with(|raw| {
+    let again = affinity(&test_support::validated_with(|raw| {
         raw.spec.pod.affinity = Some(once.clone());
     }));
     assert_eq!(again, once);
@@ -361,7 +364,7 @@ fn anti_affinity_is_not_added_twice() {
 
 #[test]
 fn empty_overrides_leave_fields_unset_and_pull_policy_is_passed_on() {
-    let spec = pod_spec(&fixtures::validated_with(|job| {
+    let spec = pod_spec(&test_support::validated_with(|job| {
         job.spec.image_pull_policy = Some(crate::api::PullPolicy::IfNotPresent);
     }));
     assert!(spec.get("nodeSelector").is_none());
@@ -371,11 +374,12 @@ fn empty_overrides_leave_fields_unset_and_pull_policy_is_passed_on() {
 
 #[test]
 fn a_restore_request_reaches_the_worker_through_annotation_and_env() {
-    let job = fixtures::validated_with(|job| {
+    let job = test_support::validated_with(|job| {
         job.spec.restore = Some(crate::api::RestoreSpec {
             id: "incident-17".into(),
             checkpoint: "42".into(),
             source: crate::api::RestoreSource::Input,
+            adopt_input: false,
         });
     });
     let built = template(&job, "aaaaaaaaaaaaaaaa");
@@ -391,6 +395,22 @@ fn a_restore_request_reaches_the_worker_through_annotation_and_env() {
     assert_eq!(document.id, "incident-17");
     assert_eq!(document.checkpoint, RestoreCheckpoint::Sequence(42));
     assert_eq!(document.source, RestoreReplaySource::Input);
+    assert!(!document.adopt_input);
+    let adopting = test_support::validated_with(|job| {
+        job.spec.restore = Some(crate::api::RestoreSpec {
+            id: "move-to-v2".into(),
+            checkpoint: "latest".into(),
+            source: crate::api::RestoreSource::Changelog,
+            adopt_input: true,
+        });
+    });
+    let adopting = restore_request(&adopting).unwrap();
+    assert!(
+        RestoreRequestDocument::from_json(adopting.as_bytes())
+            .unwrap()
+            .adopt_input,
+        "{adopting}"
+    );
     let env = &json(&built.spec)["containers"][0]["env"];
     assert_eq!(
         env[3],
@@ -403,7 +423,7 @@ valueFrom:
 "#
         )
     );
-    let without = template(&fixtures::validated(), "aaaaaaaaaaaaaaaa");
+    let without = template(&test_support::validated(), "aaaaaaaaaaaaaaaa");
     assert!(
         !without
             .metadata

@@ -2,9 +2,9 @@
 //! (`<job>-<i>.<job>.<namespace>.svc`) and is the StatefulSet's `serviceName`.
 
 use crate::controller::build::owned_metadata;
-use crate::controller::labels;
-use crate::controller::names;
-use crate::controller::validate::ValidatedJob;
+use crate::controller::valid_job::ValidatedJob;
+use crate::k8s::labels;
+use crate::k8s::names;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -33,11 +33,11 @@ pub fn build(job: &ValidatedJob) -> Service {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures::{self, json, yaml};
+    use crate::controller::test_support::{self, json, yaml};
 
     #[test]
     fn is_headless_and_publishes_not_ready_pods() {
-        let service = build(&fixtures::validated());
+        let service = build(&test_support::validated());
         assert_eq!(service.metadata.name.as_deref(), Some("card-count"));
         assert_eq!(
             json(&service.spec),

@@ -7,9 +7,9 @@
 
 use crate::api::DeletionPolicy;
 use crate::controller::build::{owned_metadata, pod};
-use crate::controller::labels;
-use crate::controller::names;
-use crate::controller::validate::ValidatedJob;
+use crate::controller::valid_job::ValidatedJob;
+use crate::k8s::labels;
+use crate::k8s::names;
 use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
     StatefulSetUpdateStrategy,
@@ -99,8 +99,8 @@ fn state_claim(job: &ValidatedJob) -> PersistentVolumeClaim {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures;
-    use crate::controller::fixtures::{json, yaml};
+    use crate::controller::test_support;
+    use crate::controller::test_support::{json, yaml};
 
     fn built(job: &ValidatedJob) -> StatefulSetSpec {
         build(job, "0123456789abcdef", None).spec.unwrap()
@@ -108,7 +108,7 @@ mod tests {
 
     #[test]
     fn spec_matches_the_expected_shape() {
-        let spec = json(&built(&fixtures::validated()));
+        let spec = json(&built(&test_support::validated()));
         for (field, expected) in [
             ("replicas", "3"),
             ("serviceName", "card-count"),
@@ -129,7 +129,7 @@ mod tests {
 
     #[test]
     fn claims_the_state_volume_with_the_spec_size_and_class() {
-        let spec = json(&built(&fixtures::validated()));
+        let spec = json(&built(&test_support::validated()));
         assert_eq!(
             spec["volumeClaimTemplates"],
             yaml(
@@ -162,12 +162,12 @@ mod tests {
 
     #[test]
     fn a_draining_scale_down_keeps_the_leaving_pods_and_suspend_does_not() {
-        let job = fixtures::validated_with(|job| job.spec.replicas = 2);
+        let job = test_support::validated_with(|job| job.spec.replicas = 2);
         let kept = |job: &ValidatedJob, kept| build(job, "h", kept).spec.unwrap().replicas;
         assert_eq!(kept(&job, Some(3)), Some(3), "pod 2 still hands off");
         assert_eq!(kept(&job, None), Some(2));
         assert_eq!(kept(&job, Some(1)), Some(2), "never fewer than asked");
-        let suspended = fixtures::validated_with(|job| {
+        let suspended = test_support::validated_with(|job| {
             job.spec.replicas = 2;
             job.spec.suspend = true;
         });
@@ -176,8 +176,8 @@ mod tests {
 
     #[test]
     fn suspend_scales_to_zero_and_keeps_the_rest() {
-        let running = built(&fixtures::validated());
-        let suspended = built(&fixtures::validated_with(|job| job.spec.suspend = true));
+        let running = built(&test_support::validated());
+        let suspended = built(&test_support::validated_with(|job| job.spec.suspend = true));
         assert_eq!(suspended.replicas, Some(0));
         assert_eq!(suspended.template, running.template);
         assert_eq!(
@@ -188,7 +188,7 @@ mod tests {
 
     #[test]
     fn delete_policy_deletes_claims_with_the_job() {
-        let spec = built(&fixtures::validated_with(|job| {
+        let spec = built(&test_support::validated_with(|job| {
             job.spec.deletion_policy = DeletionPolicy::Delete;
         }));
         let policy = spec.persistent_volume_claim_retention_policy.unwrap();
@@ -198,7 +198,7 @@ mod tests {
 
     #[test]
     fn selector_matches_the_pod_labels() {
-        let spec = built(&fixtures::validated());
+        let spec = built(&test_support::validated());
         let pod_labels = spec.template.metadata.unwrap().labels.unwrap();
         for (key, value) in spec.selector.match_labels.unwrap() {
             assert_eq!(pod_labels.get(&key), Some(&value), "{key}");

@@ -1,13 +1,13 @@
 //! The job's worker token Secret `<job>-worker-token`, as its metadata only.
 //!
 //! The token itself is not built here: a builder is pure, and a token must be random and made
-//! once. [`crate::controller::worker_token::ensure`] creates the Secret with a fresh token when it
+//! once. [`crate::k8s::worker_token::ensure`] creates the Secret with a fresh token when it
 //! does not exist and reads it back when it does; this is only what the Secret must look like
 //! around the token (name, labels, the job as controlling owner, so it goes with the job).
 
 use crate::controller::build::owned_metadata;
-use crate::controller::names;
-use crate::controller::validate::ValidatedJob;
+use crate::controller::valid_job::ValidatedJob;
+use crate::k8s::names;
 use k8s_openapi::api::core::v1::Secret;
 
 /// The Secret `apply` creates when it is missing; `data` is filled in then.
@@ -22,12 +22,12 @@ pub fn build(job: &ValidatedJob) -> Secret {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures::{self, json, yaml};
+    use crate::controller::test_support::{self, json, yaml};
 
     #[test]
     fn the_secret_is_named_for_the_job_owned_by_it_and_holds_no_token_yet() {
         assert_eq!(
-            json(&build(&fixtures::validated())),
+            json(&build(&test_support::validated())),
             json(&yaml(
                 r#"
 apiVersion: v1

@@ -2,9 +2,9 @@
 //! compacted changelog and the dead-letter topic. Partition counts come from [`Facts`], never
 //! from a broker call here.
 
+use crate::adapters::kafka_admin::DesiredTopic;
 use crate::controller::build::Facts;
-use crate::controller::validate::ValidatedJob;
-use crate::kafka_admin::DesiredTopic;
+use crate::controller::valid_job::ValidatedJob;
 use crate::retention;
 use std::collections::BTreeMap;
 
@@ -57,7 +57,7 @@ pub fn build(job: &ValidatedJob, facts: &Facts) -> DesiredTopics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures;
+    use crate::controller::test_support;
 
     fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -68,7 +68,7 @@ mod tests {
 
     #[test]
     fn changelog_is_compacted_with_the_input_partition_count() {
-        let topics = build(&fixtures::validated(), &fixtures::facts());
+        let topics = build(&test_support::validated(), &test_support::facts());
         assert_eq!(
             topics.changelog,
             DesiredTopic {
@@ -96,12 +96,12 @@ mod tests {
 
     #[test]
     fn tombstone_retention_follows_a_long_checkpoint_interval() {
-        let job = fixtures::validated_with(|job| {
+        let job = test_support::validated_with(|job| {
             job.spec.checkpoint.interval = "6h".into();
             job.spec.kafka.min_insync_replicas = None;
             job.spec.kafka.changelog_topic = Some("card-count-state".into());
         });
-        let changelog = build(&job, &fixtures::facts()).changelog;
+        let changelog = build(&job, &test_support::facts()).changelog;
         assert_eq!(changelog.name, "card-count-state");
         assert_eq!(
             changelog.config,

@@ -1,14 +1,13 @@
 //! The [`WorkerConfig`] of a job: everything the worker needs, already validated, with the file
 //! paths where the pod template mounts secrets. The worker never sees the custom resource.
 
-use crate::api::SaslMechanism;
-use crate::controller::names;
-use crate::controller::validate::ValidatedJob;
+use crate::controller::valid_job::ValidatedJob;
+use crate::k8s::names;
 use std::path::{Path, PathBuf};
 use streamkeeper_contract::Versioned;
 use streamkeeper_contract::worker_config::{
-    CheckpointConfig, HttpConfig, JobIdentity, KafkaConfig, KafkaSaslFiles, KafkaSecurity,
-    KafkaTlsFiles, RecoveryConfig, S3Config, StateConfig, WorkerConfig,
+    CheckpointConfig, HttpConfig, KafkaConfig, KafkaSaslFiles, KafkaSecurity, KafkaTlsFiles,
+    RecoveryConfig, S3Config, StateConfig, WorkerConfig,
 };
 
 /// Renders the worker config of `job`.
@@ -17,10 +16,7 @@ pub fn render(job: &ValidatedJob) -> WorkerConfig {
     let checkpoint = &job.checkpoint;
     WorkerConfig {
         version: WorkerConfig::VERSION,
-        job: JobIdentity {
-            namespace: job.namespace.clone(),
-            name: job.name.clone(),
-        },
+        job: job.identity(),
         kafka: KafkaConfig {
             bootstrap_servers: kafka.bootstrap_servers.clone(),
             input_topic: kafka.input_topic.clone(),
@@ -43,14 +39,14 @@ pub fn render(job: &ValidatedJob) -> WorkerConfig {
                         .map(|_| file(names::KAFKA_TLS_DIR, names::KAFKA_TLS_KEY_FILE)),
                 }),
                 sasl: kafka.sasl.as_ref().map(|sasl| KafkaSaslFiles {
-                    mechanism: mechanism(sasl.mechanism).to_string(),
+                    mechanism: sasl.mechanism.librdkafka_name().to_string(),
                     username_file: file(names::KAFKA_SASL_DIR, names::KAFKA_SASL_USERNAME_FILE),
                     password_file: file(names::KAFKA_SASL_DIR, names::KAFKA_SASL_PASSWORD_FILE),
                 }),
             },
             commit_interval: kafka.commit_interval,
             commit_max_records: kafka.commit_max_records,
-            transaction_timeout: streamkeeper_contract::rules::TRANSACTION_TIMEOUT,
+            transaction_timeout: streamkeeper_contract::worker_config::TRANSACTION_TIMEOUT,
         },
         processor: job.processor.clone(),
         state: StateConfig {
@@ -82,15 +78,6 @@ pub fn render(job: &ValidatedJob) -> WorkerConfig {
     }
 }
 
-/// The name the worker and librdkafka use for a SASL mechanism.
-pub fn mechanism(mechanism: SaslMechanism) -> &'static str {
-    match mechanism {
-        SaslMechanism::Plain => "PLAIN",
-        SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
-        SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
-    }
-}
-
 fn file(dir: &str, name: &str) -> PathBuf {
     Path::new(dir).join(name)
 }
@@ -98,13 +85,13 @@ fn file(dir: &str, name: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures;
+    use crate::controller::test_support;
     use std::time::Duration;
     use streamkeeper_contract::worker_config::{ProcessorKind, WindowConfig};
 
     #[test]
     fn renders_names_paths_and_defaults() {
-        let config = render(&fixtures::validated());
+        let config = render(&test_support::validated());
         assert_eq!(config.job.transactional_id(0), "payments.card-count.task-0");
         assert_eq!(
             config.kafka.changelog_topic,
@@ -128,7 +115,9 @@ mod tests {
 
     #[test]
     fn secret_files_are_where_the_pod_mounts_them() {
-        let config = render(&fixtures::validated_with(fixtures::with_kafka_security));
+        let config = render(&test_support::validated_with(
+            test_support::with_kafka_security,
+        ));
         let tls = config.kafka.security.tls.unwrap();
         assert_eq!(
             tls.ca_file.as_deref(),
@@ -153,7 +142,7 @@ mod tests {
             Path::new("/etc/streamkeeper/kafka/sasl/password")
         );
 
-        let without = render(&fixtures::validated_with(|job| {
+        let without = render(&test_support::validated_with(|job| {
             job.spec.checkpoint.s3.credentials_secret = None;
         }));
         assert_eq!(without.checkpoint.s3.unwrap().credentials_dir, None);
@@ -162,17 +151,19 @@ mod tests {
     #[test]
     fn round_trips_through_yaml_and_passes_the_worker_check() {
         for job in [
-            fixtures::validated(),
-            fixtures::validated_with(fixtures::with_kafka_security),
-            fixtures::validated_with(fixtures::with_hopping_window),
-            fixtures::validated_with(fixtures::with_dedup),
+            test_support::validated(),
+            test_support::validated_with(test_support::with_kafka_security),
+            test_support::validated_with(test_support::with_hopping_window),
+            test_support::validated_with(test_support::with_dedup),
         ] {
             let config = render(&job);
             config.check().unwrap();
             let back = WorkerConfig::from_yaml(&config.to_yaml()).unwrap();
             assert_eq!(back, config);
         }
-        let hopping = render(&fixtures::validated_with(fixtures::with_hopping_window));
+        let hopping = render(&test_support::validated_with(
+            test_support::with_hopping_window,
+        ));
         assert_eq!(
             hopping.processor.kind,
             ProcessorKind::Aggregate {

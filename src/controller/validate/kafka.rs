@@ -5,15 +5,10 @@
 use super::rules::{duration, non_empty};
 use super::{InvalidSpec, KafkaSettings};
 use crate::api::KafkaSpec;
-use crate::controller::build::worker_config::mechanism;
-use crate::controller::names;
 use streamkeeper_contract::rules::{self, Field};
+use streamkeeper_contract::worker_config::JobIdentity;
 
-pub(super) fn settings(
-    spec: &KafkaSpec,
-    namespace: &str,
-    job: &str,
-) -> Result<KafkaSettings, InvalidSpec> {
+pub(super) fn settings(spec: &KafkaSpec, job: &JobIdentity) -> Result<KafkaSettings, InvalidSpec> {
     let servers = non_empty(
         "spec.kafka.bootstrapServers",
         Some(spec.bootstrap_servers.as_str()),
@@ -28,11 +23,11 @@ pub(super) fn settings(
     let changelog = spec
         .changelog_topic
         .clone()
-        .unwrap_or_else(|| names::default_changelog_topic(namespace, job));
+        .unwrap_or_else(|| job.default_changelog_topic());
     let dead_letter = spec
         .dead_letter_topic
         .clone()
-        .unwrap_or_else(|| names::default_dead_letter_topic(namespace, job));
+        .unwrap_or_else(|| job.default_dead_letter_topic());
     rules::topics(&[
         (Field::InputTopic, &spec.input_topic),
         (Field::OutputTopic, &spec.output_topic),
@@ -65,7 +60,7 @@ pub(super) fn settings(
         ));
     }
     if let Some(sasl) = &spec.sasl {
-        rules::sasl(mechanism(sasl.mechanism), spec.tls.is_some())?;
+        rules::sasl(sasl.mechanism.librdkafka_name(), spec.tls.is_some())?;
         non_empty(
             "spec.kafka.sasl.secretName",
             Some(sasl.secret_name.as_str()),

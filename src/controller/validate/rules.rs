@@ -10,11 +10,13 @@ use super::{
 use crate::api::{
     CheckpointSpec, Compression, RestoreSpec, StateSpec, StatefulStreamJob, StatefulStreamJobSpec,
 };
-use crate::controller::{build, labels};
+use crate::controller::build;
+use crate::k8s::labels;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use std::time::Duration;
 use streamkeeper_contract::parse_go_duration;
+use streamkeeper_contract::restore_request::adoption_refused;
 use streamkeeper_contract::rules;
 use streamkeeper_contract::worker_config::{self as contract, RocksDbTuning};
 
@@ -227,10 +229,14 @@ pub(super) fn restore(spec: &RestoreSpec) -> Result<RestoreRequest, InvalidSpec>
                 )
             })?,
     };
+    if let Some(reason) = adoption_refused(spec.adopt_input, spec.source.into()) {
+        return Err(InvalidSpec::rule("spec.restore.adoptInput", reason));
+    }
     Ok(RestoreRequest {
         id,
         checkpoint,
         source: spec.source,
+        adopt_input: spec.adopt_input,
     })
 }
 

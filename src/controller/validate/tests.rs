@@ -1,10 +1,11 @@
 use super::*;
 use crate::api::{StatefulStreamJob, WindowSpec, WindowType};
-use crate::controller::fixtures::{self, job_with};
+use crate::controller::test_support::{self, job_with};
+use std::time::Duration;
 use streamkeeper_contract::worker_config::{Compression, ProcessorKind, WindowConfig};
 
 fn refusal(edit: impl FnOnce(&mut StatefulStreamJob)) -> InvalidSpec {
-    validate(&job_with(edit)).unwrap_err()
+    validate(&job_with(edit), None).unwrap_err()
 }
 
 /// Asserts the error names `field` and its message mentions every part of `mentions`.
@@ -39,13 +40,13 @@ fn set_window(job: &mut StatefulStreamJob, window: WindowSpec) {
 
 #[test]
 fn resolves_names_durations_and_sizes() {
-    let job = fixtures::validated();
+    let job = test_support::validated();
     assert_eq!(
         (job.namespace.as_str(), job.name.as_str()),
         ("payments", "card-count")
     );
     assert_eq!(job.generation, Some(3));
-    assert_eq!(job.owner.uid, fixtures::UID);
+    assert_eq!(job.owner.uid, test_support::UID);
     assert_eq!(job.owner.controller, Some(true));
     assert_eq!(job.owner.block_owner_deletion, Some(true));
     assert_eq!(job.kafka.changelog_topic, "payments.card-count.changelog");
@@ -80,13 +81,13 @@ fn the_shipped_examples_validate_and_the_invalid_one_does_not() {
         let mut job: StatefulStreamJob =
             serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         job.metadata.namespace = Some("demo".into());
-        job.metadata.uid = Some(fixtures::UID.into());
+        job.metadata.uid = Some(test_support::UID.into());
         job
     };
     for name in ["card-count.yaml", "dedup.yaml", "device-hourly-mean.yaml"] {
-        validate(&read(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        validate(&read(name), None).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
-    let hourly = validate(&read("device-hourly-mean.yaml")).unwrap();
+    let hourly = validate(&read("device-hourly-mean.yaml"), None).unwrap();
     assert_eq!(
         hourly.processor.kind,
         ProcessorKind::Aggregate {
@@ -98,10 +99,10 @@ fn the_shipped_examples_validate_and_the_invalid_one_does_not() {
             }),
         }
     );
-    let dedup = validate(&read("dedup.yaml")).unwrap();
+    let dedup = validate(&read("dedup.yaml"), None).unwrap();
     assert_eq!(dedup.kafka.dead_letter_topic, "payment-notifications-bad");
     assert_eq!(
-        validate(&read("invalid.yaml")).unwrap_err().field(),
+        validate(&read("invalid.yaml"), None).unwrap_err().field(),
         "spec.standbyReplicas"
     );
 }
@@ -134,7 +135,7 @@ fn identity_comes_from_the_apiserver() {
         );
     }
     let longest = "a".repeat(52);
-    validate(&job_with(|job| job.metadata.name = Some(longest))).unwrap();
+    validate(&job_with(|job| job.metadata.name = Some(longest)), None).unwrap();
 }
 
 #[test]
@@ -150,7 +151,7 @@ fn replicas_and_standbys() {
         "spec.standbyReplicas",
         &["negative"],
     );
-    let job = fixtures::validated_with(|job| job.spec.standby_replicas = 2);
+    let job = test_support::validated_with(|job| job.spec.standby_replicas = 2);
     assert_eq!(job.workers.standby_replicas, 2);
 }
 
@@ -187,7 +188,7 @@ fn hopping_window_size_must_be_a_multiple_of_advance() {
         "spec.processor.aggregate.window.advance",
         &["2000 windows", "1000"],
     );
-    let job = fixtures::validated_with(|job| {
+    let job = test_support::validated_with(|job| {
         set_window(job, window(WindowType::Hopping, "1h", Some("3600ms"), "0s"));
     });
     assert!(matches!(
@@ -215,7 +216,7 @@ fn event_time_durations_are_whole_milliseconds() {
     );
     assert_refused(
         |job| {
-            fixtures::with_dedup(job);
+            test_support::with_dedup(job);
             if let Some(dedup) = job.spec.processor.dedup.as_mut() {
                 dedup.ttl = "999us".into();
             }
@@ -232,7 +233,7 @@ fn grace_has_a_bound_and_the_bound_itself_is_allowed() {
         "spec.processor.aggregate.window.grace",
         &["168h1s", "168h"],
     );
-    fixtures::validated_with(|job| {
+    test_support::validated_with(|job| {
         set_window(job, window(WindowType::Tumbling, "1h", None, "168h"))
     });
     assert_refused(
@@ -254,7 +255,7 @@ fn processor_settings_match_its_type() {
     );
     assert_refused(
         |job| {
-            fixtures::with_dedup(job);
+            test_support::with_dedup(job);
             job.spec.processor.time_field = None;
         },
         "spec.processor.timeField",
@@ -270,7 +271,7 @@ fn processor_settings_match_its_type() {
         "spec.processor.aggregate",
         &["required"],
     );
-    let dedup = fixtures::validated_with(fixtures::with_dedup);
+    let dedup = test_support::validated_with(test_support::with_dedup);
     assert_eq!(
         dedup.processor.kind,
         ProcessorKind::Dedup {
@@ -305,8 +306,9 @@ fn sizes_must_be_bytes_rocksdb_accepts() {
         "spec.state.storageSize",
         &["more than 0"],
     );
-    let job =
-        fixtures::validated_with(|job| job.spec.state.rocksdb.write_buffer_size.0 = "64Ki".into());
+    let job = test_support::validated_with(|job| {
+        job.spec.state.rocksdb.write_buffer_size.0 = "64Ki".into()
+    });
     assert_eq!(job.state.rocksdb.write_buffer_bytes, 65_536);
 }
 
@@ -325,7 +327,7 @@ fn durations_parse_and_fit_their_ranges() {
         "spec.kafka.commitInterval",
         &["30s", "time out"],
     );
-    fixtures::validated_with(|job| job.spec.kafka.commit_interval = "30s".into());
+    test_support::validated_with(|job| job.spec.kafka.commit_interval = "30s".into());
     assert_refused(
         |job| job.spec.checkpoint.retain = 0,
         "spec.checkpoint.retain",
@@ -369,10 +371,10 @@ fn kafka_settings_that_cannot_work() {
         "spec.kafka.bootstrapServers",
         &["kafka-1"],
     );
-    fixtures::validated_with(|job| job.spec.kafka.bootstrap_servers = "[::1]:9092".into());
+    test_support::validated_with(|job| job.spec.kafka.bootstrap_servers = "[::1]:9092".into());
     assert_refused(
         |job| {
-            fixtures::with_kafka_security(job);
+            test_support::with_kafka_security(job);
             if let Some(tls) = job.spec.kafka.tls.as_mut() {
                 tls.private_key = None;
             }
@@ -420,14 +422,15 @@ fn restore_requests_and_recovery_lag() {
                 id: "r1".into(),
                 checkpoint,
                 source: crate::api::RestoreSource::Input,
+                adopt_input: false,
             });
         })
     };
-    let latest = validate(&restore("latest")).unwrap().restore.unwrap();
+    let latest = validate(&restore("latest"), None).unwrap().restore.unwrap();
     assert_eq!(latest.checkpoint, RestorePoint::Latest);
     assert_eq!(latest.source, crate::api::RestoreSource::Input);
     assert_eq!(
-        validate(&restore("42"))
+        validate(&restore("42"), None)
             .unwrap()
             .restore
             .unwrap()
@@ -435,9 +438,25 @@ fn restore_requests_and_recovery_lag() {
         RestorePoint::Sequence(42)
     );
     for bad in ["-1", "+1", "newest", "99999999999999999999"] {
-        let error = validate(&restore(bad)).unwrap_err();
+        let error = validate(&restore(bad), None).unwrap_err();
         assert_eq!(error.field(), "spec.restore.checkpoint", "{bad}");
     }
+    // Adopting the input discards the old topic's offsets, which a replay from the input reads.
+    let adopting = |source| {
+        job_with(|job| {
+            job.spec.restore = Some(crate::api::RestoreSpec {
+                id: "move".into(),
+                checkpoint: "latest".into(),
+                source,
+                adopt_input: true,
+            });
+        })
+    };
+    let adopted = validate(&adopting(crate::api::RestoreSource::Changelog), None).unwrap();
+    assert!(adopted.restore.unwrap().adopt_input);
+    let error = validate(&adopting(crate::api::RestoreSource::Input), None).unwrap_err();
+    assert_eq!(error.field(), "spec.restore.adoptInput");
+    assert!(error.to_string().contains("source: changelog"), "{error}");
     assert_refused(
         |job| job.spec.recovery.acceptable_recovery_lag = -1,
         "spec.recovery.acceptableRecoveryLag",
@@ -447,11 +466,11 @@ fn restore_requests_and_recovery_lag() {
 
 #[test]
 fn the_heartbeat_timeout_defaults_to_2s_and_stays_within_1s_to_60s() {
-    let default = validate(&job_with(|_| {})).unwrap();
+    let default = validate(&job_with(|_| {}), None).unwrap();
     assert_eq!(default.heartbeat_timeout, Duration::from_secs(2));
     let short = job_with(|job| job.spec.recovery.heartbeat_timeout = "1s".into());
     assert_eq!(
-        validate(&short).unwrap().heartbeat_timeout,
+        validate(&short, None).unwrap().heartbeat_timeout,
         Duration::from_secs(1)
     );
     for bad in ["500ms", "61s"] {
@@ -468,12 +487,12 @@ fn the_heartbeat_timeout_defaults_to_2s_and_stays_within_1s_to_60s() {
 #[test]
 fn sasl_plain_needs_tls() {
     let plain = |job: &mut StatefulStreamJob| {
-        fixtures::with_kafka_security(job);
+        test_support::with_kafka_security(job);
         if let Some(sasl) = job.spec.kafka.sasl.as_mut() {
             sasl.mechanism = crate::api::SaslMechanism::Plain;
         }
     };
-    fixtures::validated_with(plain);
+    test_support::validated_with(plain);
     assert_refused(
         |job| {
             plain(job);
@@ -482,8 +501,8 @@ fn sasl_plain_needs_tls() {
         "spec.kafka.sasl.mechanism",
         &["PLAIN", "TLS"],
     );
-    fixtures::validated_with(|job| {
-        fixtures::with_kafka_security(job);
+    test_support::validated_with(|job| {
+        test_support::with_kafka_security(job);
         job.spec.kafka.tls = None;
     });
 }

@@ -77,7 +77,6 @@ pub fn plan(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -7,8 +7,8 @@
 use super::error::CheckpointError;
 use super::s3::S3Storage;
 use super::upload::{ManifestIdentity, Retention, Snapshot, TaskUploader, Uploaded, now_ms};
+use crate::board::TaskBoard;
 use crate::metrics::{TaskLabel, WorkerMetrics};
-use crate::status::{CheckpointReport, TaskBoard};
 use crate::store::{RocksStore, StateStore};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use streamkeeper_contract::WorkerConfig;
-use streamkeeper_contract::checkpoint_layout::TaskPrefix;
+use streamkeeper_contract::checkpoint_layout::{JobPrefix, TaskPrefix};
+use streamkeeper_contract::task_report::CheckpointReport;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
@@ -112,12 +113,7 @@ impl CheckpointService {
             .s3
             .as_ref()
             .map_or("", |s3| s3.prefix.as_str());
-        TaskPrefix::new(
-            s3_prefix,
-            &self.config.job.namespace,
-            &self.config.job.name,
-            task,
-        )
+        JobPrefix::of(s3_prefix, &self.config.job).task(task)
     }
 
     /// The handle task `task`'s loop uses; registers the task on first use.
@@ -289,6 +285,44 @@ impl TaskCheckpoints {
         }
     }
 
+    /// Reports the checkpoint's age (at most once a second) and says whether a checkpoint is
+    /// due now: one was requested, or the interval has passed and something was committed since
+    /// the newest one. When one is, the task is busy until it finishes.
+    fn due(&self, store: &RocksStore, now: Instant) -> bool {
+        let label = TaskLabel {
+            task: self.slot.task,
+        };
+        let metrics = &self.service.metrics;
+        let mut schedule = self.slot.schedule.lock().unwrap_or_else(|p| p.into_inner());
+        if now.duration_since(schedule.age_reported) >= Duration::from_secs(1) {
+            schedule.age_reported = now;
+            if let Some(ms) = schedule.last_success_ms {
+                let age = now_ms().saturating_sub(ms) as f64 / 1000.0;
+                metrics
+                    .checkpoint_age_seconds
+                    .get_or_create(&label)
+                    .set(age);
+            }
+        }
+        if schedule.busy || now < schedule.not_before {
+            return false;
+        }
+        let requested = self.slot.waiters.lock().is_ok_and(|w| !w.is_empty());
+        if !requested && now < schedule.next_due {
+            return false;
+        }
+        let offsets = store
+            .metadata()
+            .map(|m| (m.next_input_offset, m.next_changelog_offset));
+        // Nothing committed yet, or (periodically) nothing new since the newest checkpoint.
+        if offsets.is_none() || (!requested && offsets == schedule.last_offsets) {
+            schedule.next_due = now + self.service.config.checkpoint.interval;
+            return false;
+        }
+        schedule.busy = true;
+        true
+    }
+
     /// Called by the processing loop between records: when a checkpoint is due, takes the
     /// local RocksDB checkpoint (the only part that runs on the loop's thread) and hands it to
     /// the uploader.
@@ -297,34 +331,8 @@ impl TaskCheckpoints {
         let task = self.slot.task;
         let label = TaskLabel { task };
         let metrics = &self.service.metrics;
-        {
-            let mut schedule = self.slot.schedule.lock().unwrap_or_else(|p| p.into_inner());
-            if now.duration_since(schedule.age_reported) >= Duration::from_secs(1) {
-                schedule.age_reported = now;
-                if let Some(ms) = schedule.last_success_ms {
-                    let age = now_ms().saturating_sub(ms) as f64 / 1000.0;
-                    metrics
-                        .checkpoint_age_seconds
-                        .get_or_create(&label)
-                        .set(age);
-                }
-            }
-            if schedule.busy || now < schedule.not_before {
-                return;
-            }
-            let requested = self.slot.waiters.lock().is_ok_and(|w| !w.is_empty());
-            if !requested && now < schedule.next_due {
-                return;
-            }
-            let offsets = store
-                .metadata()
-                .map(|m| (m.next_input_offset, m.next_changelog_offset));
-            // Nothing committed yet, or (periodically) nothing new since the newest checkpoint.
-            if offsets.is_none() || (!requested && offsets == schedule.last_offsets) {
-                schedule.next_due = now + self.service.config.checkpoint.interval;
-                return;
-            }
-            schedule.busy = true;
+        if !self.due(store, now) {
+            return;
         }
         let waiters: Vec<Waiter> = self
             .slot
@@ -361,7 +369,7 @@ impl TaskCheckpoints {
                     dir,
                     metadata,
                     file_names: info.files.into_iter().map(|f| f.name).collect(),
-                    changelog_incarnation: crate::task::changelog_incarnation_of(store),
+                    changelog_incarnation: crate::store::incarnation::of_state(store),
                 };
                 let this = self.clone();
                 self.service.runtime.spawn(async move {

@@ -153,33 +153,7 @@ impl TaskUploader {
         let uploaded_files = uploaded.len();
         known.extend(uploaded.into_iter().map(|(key, _)| key));
 
-        let meta = snapshot.metadata;
-        let mut manifest = CheckpointManifest {
-            version: CheckpointManifest::VERSION,
-            task: self.task,
-            sequence: self.next_sequence,
-            owner: self.identity.owner.clone(),
-            assignment_generation: self.identity.assignment_generation,
-            created_at_ms: now_ms(),
-            input_offset: meta.next_input_offset,
-            changelog_offset: meta.next_changelog_offset,
-            newest_record_ms: meta
-                .newest_changelog_timestamp_ms
-                .and_then(|ms| u64::try_from(ms).ok())
-                .unwrap_or(0),
-            processor_kind: self.identity.processor_kind.clone(),
-            state_format_version: self.identity.state_format_version,
-            changelog_incarnation: snapshot.changelog_incarnation.clone(),
-            files: files
-                .iter()
-                .map(|f| CheckpointFile {
-                    name: f.name.clone(),
-                    object_key: self.prefix.object_key(&f.sha256),
-                    size: f.size,
-                    sha256: f.sha256.clone(),
-                })
-                .collect(),
-        };
+        let mut manifest = self.manifest(snapshot, &files);
         // Another owner may have taken a sequence number: never overwrite, take the next.
         loop {
             let key = self.prefix.manifest_key(manifest.sequence);
@@ -206,6 +180,37 @@ impl TaskUploader {
             uploaded_bytes,
             uploaded_files,
         })
+    }
+
+    /// The manifest of `snapshot`, whose files are `files`, under the next sequence number.
+    fn manifest(&self, snapshot: &Snapshot, files: &[LocalFile]) -> CheckpointManifest {
+        let meta = snapshot.metadata;
+        CheckpointManifest {
+            version: CheckpointManifest::VERSION,
+            task: self.task,
+            sequence: self.next_sequence,
+            owner: self.identity.owner.clone(),
+            assignment_generation: self.identity.assignment_generation,
+            created_at_ms: now_ms(),
+            input_offset: meta.next_input_offset,
+            changelog_offset: meta.next_changelog_offset,
+            newest_record_ms: meta
+                .newest_changelog_timestamp_ms
+                .and_then(|ms| u64::try_from(ms).ok())
+                .unwrap_or(0),
+            processor_kind: self.identity.processor_kind.clone(),
+            state_format_version: self.identity.state_format_version,
+            changelog_incarnation: snapshot.changelog_incarnation.clone(),
+            files: files
+                .iter()
+                .map(|f| CheckpointFile {
+                    name: f.name.clone(),
+                    object_key: self.prefix.object_key(&f.sha256),
+                    size: f.size,
+                    sha256: f.sha256.clone(),
+                })
+                .collect(),
+        }
     }
 
     /// Sizes and hashes of the snapshot's files, on a blocking thread (only new SSTs are read).

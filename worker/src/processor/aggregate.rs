@@ -237,3 +237,7 @@ impl Processor for AggregateProcessor {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "aggregate_tests.rs"]
+mod tests;

@@ -6,15 +6,15 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::aggregate::AggregateProcessor;
-use super::api::Processor;
-use super::codec::AggState;
-use super::decode::RecordDecoder;
-use super::keys;
-use super::record::{DropReason, ProcessOutput};
-use super::state::{MemoryState, StateAccess};
-use super::stream_time;
-use super::window::WindowAssigner;
+use super::AggregateProcessor;
+use crate::processor::api::Processor;
+use crate::processor::codec::AggState;
+use crate::processor::decode::RecordDecoder;
+use crate::processor::keys;
+use crate::processor::record::{DropReason, ProcessOutput};
+use crate::processor::state::{MemoryState, StateAccess};
+use crate::processor::stream_time;
+use crate::processor::window::WindowAssigner;
 
 fn run(p: &AggregateProcessor, s: &mut MemoryState, key: &str, t: i64, v: f64) -> ProcessOutput {
     let raw = json!({"k": key, "t": t, "v": v}).to_string();

@@ -57,7 +57,6 @@ impl Processor for CountProcessor {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
     use crate::processor::decode::RecordDecoder;

@@ -17,6 +17,7 @@
 //! | `m` | applied restore request  | `m` `applied_restore`                 | request id     |
 //! | `m` | input position           | `m` `input_position`                  | version, offset|
 //! | `m` | processor identity       | `m` `processor`                       | version, config|
+//! | `m` | input identity           | `m` `input`                           | version, topic, id|
 //! | `m` | window sweep position    | `m` `sweep_windows`                   | version, key   |
 //! | `m` | expiry sweep position    | `m` `sweep_expiry`                    | version, key   |
 //! | 0x01| changelog incarnation    | 0x01 `changelog_incarnation`          | id (UTF-8)     |
@@ -42,16 +43,20 @@ pub const APPLIED_RESTORE: &[u8] = b"mapplied_restore";
 /// The key holding the input offset the state has consumed up to (the next one to read). Every
 /// transaction that consumes input writes it, so the changelog, every checkpoint and every
 /// restored state know their input position, even when Kafka's committed offsets are gone.
-/// Its value is encoded by `task::input_position`.
+/// Its value is encoded by `task::active::input_position`.
 pub const INPUT_POSITION: &[u8] = b"minput_position";
 
 /// The key naming which incarnation of the changelog topic the state belongs to, written when
-/// a lost changelog is rebuilt (see `task::incarnation`). It sorts before every processor tag,
+/// a lost changelog is rebuilt (see `store::incarnation`). It sorts before every processor tag,
 /// so in the rebuilt topic it is the first record.
 pub const CHANGELOG_INCARNATION: &[u8] = b"\x01changelog_incarnation";
 
-/// The key holding the processor config that built the state (see `task::identity`).
+/// The key holding the processor config that built the state (see `task::active::identity`).
 pub const PROCESSOR: &[u8] = b"mprocessor";
+
+/// The key holding the input topic (name and Kafka topic id) the state was built from (see
+/// `task::active::input_identity`).
+pub const INPUT: &[u8] = b"minput";
 
 /// Where the windowed aggregate's bounded sweep of closable windows goes on (`sweep`).
 pub const WINDOW_SWEEP: &[u8] = b"msweep_windows";
@@ -180,7 +185,6 @@ pub fn expiring_between(after: Option<i64>, upto: i64) -> (Vec<u8>, Vec<u8>) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
     use proptest::prelude::*;

@@ -12,7 +12,8 @@
 //! (JSON → [`InputRecord`]), [`config`] (the processor selection), [`state`] (the state access
 //! trait and an in-memory implementation), [`keys`] and [`codec`] (stable state encodings),
 //! [`window`] (window assignment math), [`stream_time`], and one module per built-in processor.
-//! [`pipeline`] ties a decoder and a processor together for the loop.
+//! [`pipeline`] ties a decoder and a processor together for the loop; `test_support` holds
+//! helpers of the tests.
 
 pub mod aggregate;
 pub mod api;
@@ -31,11 +32,7 @@ pub mod sweep;
 pub mod window;
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod aggregate_tests;
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod determinism_tests;
+pub(crate) mod test_support;
 
 pub use aggregate::AggregateProcessor;
 pub use api::{ProcessError, Processor};

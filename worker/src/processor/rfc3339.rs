@@ -135,7 +135,6 @@ pub fn parse_millis(s: &str) -> Result<i64, Rfc3339Error> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
     use proptest::prelude::*;

@@ -48,7 +48,6 @@ pub fn advance(state: &mut dyn StateAccess, event_time_ms: i64) -> Result<Advanc
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
     use crate::processor::state::MemoryState;

@@ -56,7 +56,6 @@ pub fn next_due(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::processor::state::MemoryState;

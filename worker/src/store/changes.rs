@@ -117,7 +117,6 @@ impl FromIterator<(Vec<u8>, Option<Vec<u8>>)> for ChangeSet {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 

@@ -10,30 +10,18 @@
 //! Layout: [`api`] (the trait and its outcomes), [`error`], [`metadata`] (the reserved
 //! metadata key and its encoding), [`changes`] (a transaction's coalesced writes),
 //! [`overlay`] (uncommitted changes over the store, the processors' `StateAccess`),
-//! `rocks` and `rocks_open` (the RocksDB engine).
+//! [`incarnation`] (which changelog history a state belongs to), `rocks/` (the RocksDB engine:
+//! opening, the store, its crash-safe writes), and `test_support` (helpers of the tests).
 
 pub mod api;
 pub mod changes;
 pub mod error;
+pub mod incarnation;
 pub mod metadata;
 pub mod overlay;
 mod rocks;
-mod rocks_open;
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod corrupt_tests;
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod crash_tests;
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod overlay_tests;
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod rocks_tests;
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub(crate) mod test_support;
 
 pub use api::{CheckpointInfo, OpenOutcome, StateStore, StoreFile};
@@ -41,5 +29,4 @@ pub use changes::ChangeSet;
 pub use error::StoreError;
 pub use metadata::{METADATA_FORMAT_VERSION, MetadataError, TaskMetadata};
 pub use overlay::Overlay;
-pub use rocks::{Opened, RocksStore, db_path};
-pub use rocks_open::BlockCache;
+pub use rocks::{BlockCache, Opened, RocksStore, db_path};

@@ -199,38 +199,5 @@ fn merge<'c>(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-mod tests {
-    use super::*;
-
-    fn entries(pairs: &[(&str, &str)]) -> Vec<Entry> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
-            .collect()
-    }
-
-    #[test]
-    fn merge_replaces_hides_and_interleaves() {
-        let base = entries(&[("a", "1"), ("c", "1"), ("e", "1"), ("g", "1")]);
-        let mut changes = ChangeSet::new();
-        changes.put(b"b", b"2".to_vec()); // new key between base keys
-        changes.put(b"c", b"2".to_vec()); // replaces
-        changes.delete(b"e"); // hides
-        changes.delete(b"f"); // deleting an absent key shows nothing
-        changes.put(b"h", b"2".to_vec()); // after every base key
-        let merged = merge(base, changes.iter());
-        assert_eq!(
-            merged,
-            entries(&[("a", "1"), ("b", "2"), ("c", "2"), ("g", "1"), ("h", "2")])
-        );
-    }
-
-    #[test]
-    fn merge_of_nothing_is_nothing() {
-        assert!(merge(Vec::new(), ChangeSet::new().iter()).is_empty());
-        let mut only_deletes = ChangeSet::new();
-        only_deletes.delete(b"a");
-        assert!(merge(Vec::new(), only_deletes.iter()).is_empty());
-    }
-}
+#[path = "overlay_tests.rs"]
+mod tests;

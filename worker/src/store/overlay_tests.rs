@@ -1,14 +1,50 @@
-//! The overlay over a real RocksStore: read-your-writes, scan merging, commit and abort,
-//! and a model check against a plain `BTreeMap` for random operation sequences.
+//! The overlay: merging changes into a scan; over a real RocksStore, read-your-writes, scan
+//! merging, commit and abort, and a model check against a plain `BTreeMap` for random operation
+//! sequences; and the built-in processors run through it, a transaction at a time, with the
+//! changelog those transactions wrote replayed into a fresh store, ending in the state memory
+//! ends in.
 
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use tempfile::tempdir;
 
-use super::test_support::{bytes, changes, meta, open_empty};
-use super::{ChangeSet, Overlay, StateStore};
-use crate::processor::StateAccess;
+use super::*;
+use crate::processor::test_support::{CONFIGS, Outcome, pipeline, raw_record, run};
+use crate::processor::{MemoryState, Pipeline};
+use crate::store::RocksStore;
+use crate::store::test_support::{bytes, changes, meta, open_empty};
+
+fn entries(pairs: &[(&str, &str)]) -> Vec<Entry> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+#[test]
+fn merge_replaces_hides_and_interleaves() {
+    let base = entries(&[("a", "1"), ("c", "1"), ("e", "1"), ("g", "1")]);
+    let mut changes = ChangeSet::new();
+    changes.put(b"b", b"2".to_vec()); // new key between base keys
+    changes.put(b"c", b"2".to_vec()); // replaces
+    changes.delete(b"e"); // hides
+    changes.delete(b"f"); // deleting an absent key shows nothing
+    changes.put(b"h", b"2".to_vec()); // after every base key
+    let merged = merge(base, changes.iter());
+    assert_eq!(
+        merged,
+        entries(&[("a", "1"), ("b", "2"), ("c", "2"), ("g", "1"), ("h", "2")])
+    );
+}
+
+#[test]
+fn merge_of_nothing_is_nothing() {
+    assert!(merge(Vec::new(), ChangeSet::new().iter()).is_empty());
+    let mut only_deletes = ChangeSet::new();
+    only_deletes.delete(b"a");
+    assert!(merge(Vec::new(), only_deletes.iter()).is_empty());
+}
 
 #[test]
 fn processors_read_their_own_writes_before_the_store() {
@@ -271,4 +307,85 @@ fn a_limited_scan_reads_past_deletions_and_counts_only_live_entries() {
             .map(|(k, _)| k)
             .collect::<Vec<_>>()
     );
+}
+
+/// A changelog record: key and value (`None`: a tombstone).
+type ChangelogRecord = (Vec<u8>, Option<Vec<u8>>);
+
+/// Runs `inputs` the way the active loop does: each record through an overlay over `store`,
+/// committed every `per_transaction` records. Returns the outcomes and the changelog those
+/// transactions wrote (every change of each transaction, in order).
+fn run_on_rocksdb(
+    p: &Pipeline,
+    inputs: &[Vec<u8>],
+    per_transaction: usize,
+    store: &mut RocksStore,
+) -> (Vec<Outcome>, Vec<ChangelogRecord>) {
+    let mut outcomes = Vec::new();
+    let mut changelog = Vec::new();
+    for (chunk_index, chunk) in inputs.chunks(per_transaction).enumerate() {
+        let mut changes = ChangeSet::new();
+        for (i, raw) in chunk.iter().enumerate() {
+            let offset = (chunk_index * per_transaction + i) as i64;
+            let mut overlay = Overlay::with_changes(&*store, changes);
+            let outcome = p.process(raw, 0, offset, None, &mut overlay).map_err(|e| {
+                (
+                    e.category().to_owned(),
+                    e.as_bad_record().map(|b| b.reason().to_owned()),
+                )
+            });
+            changes = overlay.into_changes();
+            outcomes.push(outcome);
+        }
+        changelog.extend(
+            changes
+                .iter()
+                .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec))),
+        );
+        let next_input = ((chunk_index + 1) * per_transaction).min(inputs.len()) as i64;
+        store
+            .commit(&changes, &meta(0, next_input, changelog.len() as i64))
+            .unwrap();
+    }
+    (outcomes, changelog)
+}
+
+fn every_key(store: &RocksStore) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    store
+        .scan(&[0x01], &[0xff, 0xff])
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn the_overlay_over_rocksdb_and_a_changelog_replay_end_where_memory_ends(
+        config in 0..CONFIGS.len(),
+        inputs in proptest::collection::vec(raw_record(), 1..60),
+        per_transaction in 1usize..12,
+    ) {
+        let mut memory = MemoryState::new();
+        let expected = run(&pipeline(config), &inputs, 0, &mut memory);
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open_empty(&dir.path().join("active"), 0);
+        let (outcomes, changelog) = run_on_rocksdb(&pipeline(config), &inputs, per_transaction, &mut store);
+        prop_assert_eq!(&outcomes, &expected);
+        prop_assert_eq!(&every_key(&store), memory.entries());
+
+        // A restore replays that changelog, in batches, into an empty store.
+        let mut restored = open_empty(&dir.path().join("restored"), 0);
+        for (index, batch) in changelog.chunks(7).enumerate() {
+            let changes: ChangeSet = batch.iter().cloned().collect();
+            let offset = (index * 7 + batch.len()) as i64;
+            restored.restore_batch(&changes, &meta(0, 0, offset)).unwrap();
+        }
+        if !changelog.is_empty() {
+            restored.finish_restore().unwrap();
+        }
+        prop_assert_eq!(&every_key(&restored), memory.entries());
+    }
 }

@@ -40,10 +40,20 @@ pub enum TaskError {
     /// The state was built by another processor config (see `identity`).
     #[error("processor mismatch: {0}")]
     ProcessorMismatch(String),
+    /// The state was built from another input topic, or another incarnation of this one (see
+    /// `input_identity`).
+    #[error("input mismatch: {0}")]
+    InputMismatch(String),
+    #[error("reading the input topic's id: {0}")]
+    InputTopicId(#[from] streamkeeper_kafka_topic_id::TopicIdError),
     /// The role was asked to stop (its assignment changed, or the worker shuts down) during a
     /// long phase, which ended early; the state is as a crash there would leave it.
     #[error("stopped while {0}: the task's role changed or the worker shuts down")]
     Stopped(String),
+    /// A consumer stopped delivering records the broker holds (see `consumer_watch`): retried
+    /// with a new consumer.
+    #[error("consumer stalled: {0}")]
+    ConsumerStalled(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -69,7 +79,7 @@ impl TaskError {
     /// Stable label for metrics and events.
     /// Every [`TaskError::category`], so the metrics can start each at 0 (a new variant's
     /// category missing here only appears at its first error, as any label did before).
-    pub const CATEGORIES: [&'static str; 13] = [
+    pub const CATEGORIES: [&'static str; 15] = [
         "kafka",
         "fenced",
         "transaction_timeout",
@@ -81,7 +91,9 @@ impl TaskError {
         "changelog_lost",
         "input_position",
         "processor_mismatch",
+        "input_mismatch",
         "stopped",
+        "consumer_stalled",
         "internal",
     ];
 
@@ -98,7 +110,10 @@ impl TaskError {
             TaskError::ChangelogLost(_) => "changelog_lost",
             TaskError::InputPosition(_) => "input_position",
             TaskError::ProcessorMismatch(_) => "processor_mismatch",
+            TaskError::InputMismatch(_) => "input_mismatch",
+            TaskError::InputTopicId(_) => "kafka",
             TaskError::Stopped(_) => "stopped",
+            TaskError::ConsumerStalled(_) => "consumer_stalled",
             TaskError::Internal(_) => "internal",
         }
     }

@@ -1,86 +1,50 @@
-//! One task = one input partition, run on its own thread (`slot`) in the role the assignment
-//! gives it. As active: restore its state, then the exactly-once processing loop; as standby:
-//! a warm copy tailing the changelog (`standby`). The supervisor here retries failures with
-//! backoff from a consistent point (the store only ever holds committed state) and ends an
-//! active role only when the task is released, fenced, its changelog is lost, or the worker
-//! shuts down.
+//! A task: one input partition, run on its own thread in the role the assignment gives it, with
+//! its RocksDB store kept open across roles.
+//!
+//! Its life: its slot (`slot`) starts the thread and switches the role when the assignment
+//! changes. As active (`active`), the task claims the partition, restores its state (`restore`),
+//! checks which processor built it, resumes the input and runs the exactly-once loop; as standby
+//! (`standby`), it warms up with the same restore and tails the changelog, a warm copy ready to
+//! be promoted. Every phase it enters (`phase`) is logged, counted and shown on the task board.
+//!
+//! The supervisor here runs each role (`run_active`, `run_standby`): it retries failures with
+//! backoff from a consistent point (the store only ever holds committed state) and ends an active
+//! role only when the task is released, fenced, its changelog is lost, or the worker shuts down.
+//!
+//! The files, lowest first (each uses only files before it, and this supervisor):
+//! - `error`: why an attempt failed ([`TaskError`]); `context`: what the tasks share
+//!   ([`WorkerContext`]);
+//! - `stop`: ending a role's long waits in bounded time; `phase`: the task's phase transitions;
+//! - `consumer_watch`: telling a stalled consumer from an idle partition, for both roles;
+//! - `changelog`: reading the task's changelog partition;
+//! - `active/`: the active role: the claim, the exactly-once loop and its parts;
+//! - `restore/`: the restore, for both roles;
+//! - `standby`: the warm copy;
+//! - `slot`: the task's thread and its role ([`TaskSlot`], [`Role`]).
 
 mod active;
-mod claim;
-mod commit_mark;
-mod dead_letter;
+mod changelog;
+mod consumer_watch;
+mod context;
 mod error;
-mod fence;
-mod identity;
-mod incarnation;
-mod input_position;
-mod promotion;
-mod record_size;
+mod phase;
 mod restore;
 mod slot;
 mod standby;
 mod stop;
 
-pub use commit_mark::last_commit_generations;
+pub use active::last_commit_generations;
+pub use context::WorkerContext;
 pub use error::TaskError;
-pub use incarnation::of_state as changelog_incarnation_of;
-pub use record_size::MAX_RECORD_BYTES;
+pub use phase::PhaseTracker;
 pub use restore::restore_request_from_env;
 pub use slot::{Role, TaskSlot};
 
-use crate::checkpoint::CheckpointService;
-use crate::metrics::WorkerMetrics;
-use crate::status::{PhaseTracker, TaskBoard, TaskPhase};
-use crate::store::{BlockCache, OpenOutcome, RocksStore};
-use promotion::Step;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
-use streamkeeper_contract::WorkerConfig;
-use streamkeeper_contract::restore_request::RestoreRequestDocument;
-
-/// What every task of this worker shares.
-#[derive(Clone, Debug)]
-pub struct WorkerContext {
-    pub config: Arc<WorkerConfig>,
-    pub metrics: WorkerMetrics,
-    pub board: TaskBoard,
-    pub shutdown: Arc<AtomicBool>,
-    /// One RocksDB block cache for every task of the worker, so its memory is bounded by
-    /// `blockCacheBytes` however many tasks the worker hosts.
-    pub block_cache: BlockCache,
-    /// Checkpoints to S3; `None` when the config has no S3 settings.
-    pub checkpoints: Option<Arc<CheckpointService>>,
-    /// The restore request the operator handed to this worker (`spec.restore`), if any.
-    pub restore_request: Option<Arc<RestoreRequestDocument>>,
-    /// One task's own stop: its role changed, so the running role winds down as at shutdown
-    /// (an active commits its open transaction first). Each task thread has its own.
-    pub task_stop: Arc<AtomicBool>,
-    /// When the assignment promoted this task from standby; its first commit is then timed.
-    pub promoted_at: Option<Instant>,
-    /// The assignment generation the task's role runs under (0 in standalone mode and on the
-    /// static share); each input commit is marked with it (`commit_mark`).
-    pub generation: u64,
-    /// The worker's one admin client.
-    pub admin: crate::kafka_client::SharedAdmin,
-}
-
-impl WorkerContext {
-    /// The running role should end: the worker shuts down or the task's role changed.
-    pub fn shutting_down(&self) -> bool {
-        self.shutdown.load(Ordering::SeqCst) || self.task_stop.load(Ordering::SeqCst)
-    }
-
-    /// Sleeps up to `duration`, waking early on shutdown.
-    fn pause(&self, duration: Duration) {
-        let step = Duration::from_millis(50);
-        let mut slept = Duration::ZERO;
-        while slept < duration && !self.shutting_down() {
-            std::thread::sleep(step);
-            slept += step;
-        }
-    }
-}
+use crate::store::{OpenOutcome, RocksStore};
+use active::ActiveLoop;
+use active::promotion::Step;
+use std::time::Duration;
+use streamkeeper_contract::task_report::TaskPhase;
 
 /// The changelog (and input) partition of task `task`: task i is partition i.
 pub(crate) fn partition_of(task: u32) -> Result<i32, TaskError> {
@@ -116,7 +80,11 @@ fn run_active(
                 phase.enter(TaskPhase::Failed, Some(format!("changelog lost: {reason}")));
                 return RoleEnd::Failed;
             }
-            Err(error @ (TaskError::InputPosition(_) | TaskError::ProcessorMismatch(_))) => {
+            Err(
+                error @ (TaskError::InputPosition(_)
+                | TaskError::ProcessorMismatch(_)
+                | TaskError::InputMismatch(_)),
+            ) => {
                 context.metrics.task_error(task, error.category());
                 tracing::error!(task, %error, "task stopped: its state does not fit this job");
                 phase.enter(TaskPhase::Failed, Some(error.to_string()));
@@ -148,6 +116,41 @@ fn run_active(
     RoleEnd::Released
 }
 
+/// Runs the standby role, retrying errors from valid state, until the role changes.
+fn run_standby(
+    context: &WorkerContext,
+    task: u32,
+    store_slot: &mut Option<RocksStore>,
+    phase: &mut PhaseTracker,
+) -> RoleEnd {
+    let mut backoff = Duration::from_millis(200);
+    while !context.shutting_down() {
+        let result = open_store(context, task, store_slot)
+            .and_then(|(store, outcome)| standby::run(context, task, store, outcome, phase));
+        match result {
+            Ok(()) => return RoleEnd::Released,
+            Err(TaskError::Stopped(during)) => {
+                tracing::info!(task, %during, "standby stopped before it was warm");
+                return RoleEnd::Released;
+            }
+            Err(error) => {
+                context.metrics.task_error(task, error.category());
+                tracing::warn!(task, %error, retry_in_ms = backoff.as_millis() as u64, "standby failed; retrying from its applied state");
+                phase.enter(
+                    TaskPhase::Created,
+                    Some(format!("standby retrying after: {error}")),
+                );
+                if error.requires_reopen() {
+                    *store_slot = None;
+                }
+                context.pause(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+    RoleEnd::Released
+}
+
 /// The task's store, opened on first use and kept open across roles, with what it holds.
 fn open_store<'s>(
     context: &WorkerContext,
@@ -155,7 +158,7 @@ fn open_store<'s>(
     store_slot: &'s mut Option<RocksStore>,
 ) -> Result<(&'s mut RocksStore, OpenOutcome), TaskError> {
     let outcome = match store_slot.as_ref() {
-        Some(store) => slot::outcome_of(store),
+        Some(store) => outcome_of(store),
         None => {
             let config = &context.config;
             let opened = RocksStore::open_with_cache(
@@ -174,6 +177,18 @@ fn open_store<'s>(
     Ok((store, outcome))
 }
 
+/// The store's open outcome as the next role sees it: an open store reports its metadata, and
+/// a restore the last role left unfinished (it was stopped mid-replay) is still one to finish.
+fn outcome_of(store: &RocksStore) -> OpenOutcome {
+    match store.metadata() {
+        Some(meta) if meta.restoring => OpenOutcome::Interrupted(meta),
+        Some(meta) => OpenOutcome::Valid(meta),
+        None => OpenOutcome::Empty,
+    }
+}
+
+/// One attempt at the active role, its steps in order: claim the task, restore its state, check
+/// which processor built it, resume the input, run the exactly-once loop.
 fn run_once(
     context: &WorkerContext,
     task: u32,
@@ -183,7 +198,7 @@ fn run_once(
     phase.enter(TaskPhase::Restoring, None);
     let config = &context.config;
     let (store, outcome) = open_store(context, task, store_slot)?;
-    let mut loop_ = active::ActiveLoop::connect(context, task)?;
+    let mut loop_ = ActiveLoop::connect(context, task)?;
     loop_.promotion_step(Step::Claim);
     let checkpoints = context
         .checkpoints
@@ -191,7 +206,7 @@ fn run_once(
         .map(|service| service.task(task));
     restore::restore_task(context, task, store, outcome, &loop_)?;
     loop_.promotion_step(Step::CatchUp);
-    identity::check(task, store, &config.processor, &loop_)?;
+    active::identity::check(task, store, &config.processor, &loop_)?;
     loop_.resume_input(store)?;
     loop_.promotion_step(Step::Input);
     phase.enter(TaskPhase::Running, None);

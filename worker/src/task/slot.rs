@@ -12,13 +12,14 @@
 //!   only a newer assignment may make it active again, so two owners never fence each other in
 //!   turn.
 
-use super::{RoleEnd, TaskError, WorkerContext, run_active, standby};
-use crate::status::{PhaseTracker, TaskPhase, TaskReport, TaskRole};
-use crate::store::{OpenOutcome, RocksStore};
+use super::phase::PhaseTracker;
+use super::{RoleEnd, WorkerContext, run_active, run_standby};
+use crate::store::RocksStore;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use streamkeeper_contract::task_report::{TaskPhase, TaskReport, TaskRole};
 
 /// What the assignment wants of a task on this worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -231,45 +232,18 @@ fn run_slot(mut context: WorkerContext, task: u32, cell: &RoleCell) {
         ran = Some(role);
     }
     close(task, store.as_ref(), &mut phase);
+    if !context.shutdown.load(Ordering::SeqCst) {
+        // Dropped: the task left this pod, and its report goes with it. Left on the board as a
+        // stopped active, it would keep the pod unready for good (readiness waits for every
+        // active task to run), which the job shows as Degraded and a PodDisruptionBudget
+        // counts as a disruption. A successor thread of this task waits for this one to end
+        // before it registers, so it is never removed by it.
+        context.board.remove(task);
+    }
 }
 
 fn label(task: u32) -> crate::metrics::TaskLabel {
     crate::metrics::TaskLabel { task }
-}
-
-/// Runs the standby role, retrying errors from valid state, until the role changes.
-fn run_standby(
-    context: &WorkerContext,
-    task: u32,
-    store_slot: &mut Option<RocksStore>,
-    phase: &mut PhaseTracker,
-) -> RoleEnd {
-    let mut backoff = Duration::from_millis(200);
-    while !context.shutting_down() {
-        let result = super::open_store(context, task, store_slot)
-            .and_then(|(store, outcome)| standby::run(context, task, store, outcome, phase));
-        match result {
-            Ok(()) => return RoleEnd::Released,
-            Err(TaskError::Stopped(during)) => {
-                tracing::info!(task, %during, "standby stopped before it was warm");
-                return RoleEnd::Released;
-            }
-            Err(error) => {
-                context.metrics.task_error(task, error.category());
-                tracing::warn!(task, %error, retry_in_ms = backoff.as_millis() as u64, "standby failed; retrying from its applied state");
-                phase.enter(
-                    TaskPhase::Created,
-                    Some(format!("standby retrying after: {error}")),
-                );
-                if error.requires_reopen() {
-                    *store_slot = None;
-                }
-                context.pause(backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(10));
-            }
-        }
-    }
-    RoleEnd::Released
 }
 
 /// After a role failed for good, blocks until the wanted role or generation changes.
@@ -299,21 +273,11 @@ fn close(task: u32, store: Option<&RocksStore>, phase: &mut PhaseTracker) {
     );
 }
 
-/// The store's open outcome as the next role sees it: an open store reports its metadata, and
-/// a restore the last role left unfinished (it was stopped mid-replay) is still one to finish.
-pub(super) fn outcome_of(store: &RocksStore) -> OpenOutcome {
-    match store.metadata() {
-        Some(meta) if meta.restoring => OpenOutcome::Interrupted(meta),
-        Some(meta) => OpenOutcome::Valid(meta),
-        None => OpenOutcome::Empty,
-    }
-}
-
 /// Starts the task's counters at 0, with every reason they can be counted for.
 fn start_metrics(context: &WorkerContext, task: u32) {
-    let dead_letter: Vec<&str> = super::dead_letter::reasons().collect();
+    let dead_letter: Vec<&str> = super::active::dead_letter::reasons().collect();
     let dropped = crate::processor::DropReason::ALL.map(|r| r.as_str());
-    let repairs = super::input_position::Disagreement::ALL.map(|d| d.as_str());
+    let repairs = super::active::input_position::Disagreement::ALL.map(|d| d.as_str());
     context.metrics.start_task(
         task,
         &crate::metrics::TaskReasons {

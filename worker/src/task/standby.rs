@@ -10,17 +10,21 @@
 //! what the standby had not applied yet.
 //!
 //! Lag is the distance to the changelog's end, reported on `/v1/tasks` (`changelogLag`) and
-//! as `streamkeeper_standby_lag_records`; warm-up progress is the restore progress.
+//! as `streamkeeper_standby_lag_records`; warm-up progress is the restore progress. A tail whose
+//! consumer stops delivering records the broker holds restarts with a new one
+//! (`consumer_watch`).
 
-use super::active::changelog_consumer;
+use super::changelog::changelog_consumer;
+use super::consumer_watch::{self, ConsumerWatch};
+use super::phase::PhaseTracker;
 use super::{TaskError, WorkerContext, partition_of, restore};
 use crate::kafka_client::ClosedAside;
 use crate::metrics::TaskLabel;
-use crate::status::{PhaseTracker, TaskPhase};
 use crate::store::{ChangeSet, OpenOutcome, RocksStore, StateStore, TaskMetadata};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::time::{Duration, Instant};
+use streamkeeper_contract::task_report::TaskPhase;
 
 /// What was fetched is applied once this many records are waiting, or after [`APPLY_EVERY`].
 const BATCH_RECORDS: usize = 5_000;
@@ -82,12 +86,21 @@ fn tail(
     let mut batch = ChangeSet::new();
     let mut applied_at = Instant::now();
     let mut lag_at: Option<Instant> = None;
+    let mut watch = ConsumerWatch::new(consumer_watch::stall_after());
     while !context.shutting_down() {
-        let idle = match consumer.poll(Duration::from_millis(50)) {
+        let polled = consumer.poll(Duration::from_millis(50));
+        watch.polled(matches!(polled, Some(Ok(_))), Instant::now());
+        let idle = match polled {
             None => true,
             Some(Err(error)) => return Err(TaskError::kafka("tailing the changelog", error)),
             Some(Ok(message)) => {
                 restore::take_record(&message, &mut batch, &mut meta);
+                if crate::failpoint::reached("changelog-stops") {
+                    // The consumer stops fetching as a stalled one does (see `consumer_watch`).
+                    consumer
+                        .pause(&assignment)
+                        .map_err(|e| TaskError::kafka("pausing the tail (failpoint)", e))?;
+                }
                 false
             }
         };
@@ -98,8 +111,17 @@ fn tail(
             applied_at = Instant::now();
         }
         if lag_at.is_none_or(|at| at.elapsed() >= LAG_EVERY) {
-            report_lag(context, task, consumer, topic, partition, &meta);
+            let stable_end = report_lag(context, task, consumer, topic, partition, &meta);
             lag_at = Some(Instant::now());
+            let position = consumer_watch::position_of(consumer, topic, partition)
+                .unwrap_or(meta.next_changelog_offset);
+            if let Some(stall) = watch.judge(position, stable_end, Instant::now()) {
+                consumer_watch::report(context, task, "changelog", &stall);
+                if !batch.is_empty() {
+                    store.restore_batch(&batch, &meta)?;
+                }
+                return Err(TaskError::ConsumerStalled(format!("changelog: {stall}")));
+            }
         }
     }
     if !batch.is_empty() {
@@ -108,6 +130,8 @@ fn tail(
     Ok(())
 }
 
+/// Shows the standby's lag and returns the changelog's end as the consumer may read it (its
+/// last stable offset), or `None` when the broker did not answer.
 fn report_lag(
     context: &WorkerContext,
     task: u32,
@@ -115,13 +139,13 @@ fn report_lag(
     topic: &str,
     partition: i32,
     meta: &TaskMetadata,
-) {
-    let Ok((_, high)) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(1)) else {
-        return;
-    };
-    // The end includes transaction markers and records of a transaction still open, so a
-    // caught-up standby reads a lag of a few records; the rule's acceptable lag allows for it.
-    let lag = (high - meta.next_changelog_offset).max(0);
+) -> Option<i64> {
+    let (_, stable_end) = consumer
+        .fetch_watermarks(topic, partition, Duration::from_secs(1))
+        .ok()?;
+    // The end counts transaction markers, which are never applied, so a caught-up standby reads
+    // a lag of a few records; the rule's acceptable lag allows for it.
+    let lag = (stable_end - meta.next_changelog_offset).max(0);
     context
         .metrics
         .standby_lag_records
@@ -131,4 +155,5 @@ fn report_lag(
         report.changelog_lag = Some(lag);
         report.next_changelog_offset = Some(meta.next_changelog_offset);
     });
+    Some(stable_end)
 }

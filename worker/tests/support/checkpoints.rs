@@ -3,7 +3,7 @@
 //! that a test can close and reopen (the shared S3 server itself is never stopped).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::{Job, TIMEOUT, bootstrap, http_get, http_request, retrying};
+use super::{Job, TIMEOUT, http_get, kafka_bootstrap, retrying, worker_request};
 use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -81,8 +81,9 @@ pub async fn corrupt_object(job: &Job, key: &str) {
 
 /// `POST /v1/checkpoints`: the durable checkpoint of each task, as (sequence, changelog offset).
 pub fn checkpoint_now(address: &str) -> BTreeMap<u32, (u64, i64)> {
-    let (status, body) = http_request(address, "POST", "/v1/checkpoints", Duration::from_secs(150))
-        .expect("the worker answers");
+    let (status, body) =
+        worker_request(address, "POST", "/v1/checkpoints", Duration::from_secs(150))
+            .expect("the worker answers");
     assert_eq!(status, 200, "checkpoint request failed: {body}");
     let json: serde_json::Value = serde_json::from_str(&body).unwrap();
     json["checkpoints"]
@@ -135,22 +136,13 @@ pub fn wait_ready(address: &str, worker: &mut super::Worker, limit: Duration) {
     }
 }
 
-/// Waits until `condition` holds.
-pub fn wait_for(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !condition() {
-        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
 /// Deletes every changelog record before `offsets[partition]` (the broker's DeleteRecords;
 /// Kafka allows it only with a `delete` cleanup policy, so the topic becomes `compact,delete`
 /// with the default week of retention): afterwards a full replay is impossible and only a
 /// checkpoint can restore the state.
 pub async fn delete_changelog_head(job: &Job, offsets: &BTreeMap<u32, i64>) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
+        .set("bootstrap.servers", kafka_bootstrap())
         .create()
         .unwrap();
     let topic = &job.config.kafka.changelog_topic;
@@ -172,7 +164,7 @@ pub async fn delete_changelog_head(job: &Job, offsets: &BTreeMap<u32, i64>) {
 /// Deletes the records of `topic` before `offsets[partition]` (the broker's DeleteRecords).
 pub async fn delete_records(topic: &str, offsets: &BTreeMap<u32, i64>) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
+        .set("bootstrap.servers", kafka_bootstrap())
         .create()
         .unwrap();
     let mut list = TopicPartitionList::new();
@@ -212,8 +204,8 @@ pub fn changelog_records_from(job: &Job, task: u32, from: i64) -> u64 {
 pub fn changelog_entries_from(job: &Job, task: u32, from: i64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
     let topic = &job.config.kafka.changelog_topic;
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("group.id", super::unique("count"))
+        .set("bootstrap.servers", kafka_bootstrap())
+        .set("group.id", super::unique_name("count"))
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")

@@ -1,7 +1,14 @@
 //! Support for the worker's integration tests against the real Kafka broker started by
 //! `tests/services/kafka.sh`: topics, deterministic input, the worker as a child process that
 //! can be killed at any point, and readers for the output and the local state.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+// Each test crate uses some of these helpers and re-exports, none all of them.
+#![allow(
+    dead_code,
+    unused_imports,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -21,55 +28,16 @@ use streamkeeper_worker::store::{OpenOutcome, RocksStore, StateStore};
 pub mod checkpoints;
 pub mod standby;
 
+pub use streamkeeper_test_support::{
+    S3Settings, free_port, http_get, http_request, kafka_bootstrap, s3_settings, unique_name,
+    wait_for, wait_for_or,
+};
+
 pub const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The real S3 server started by `tests/services/s3.sh`.
-pub struct S3Settings {
-    pub endpoint: String,
-    pub bucket: String,
-    pub region: String,
-    pub access_key: String,
-    pub secret_key: String,
-}
-
-pub fn s3_settings() -> S3Settings {
-    let var = |name: &str| match std::env::var(name) {
-        Ok(value) if !value.is_empty() => value,
-        _ => panic!(
-            "{name} is not set: these tests need the real S3 server started by \
-             `tests/services/s3.sh start` (export `tests/services/s3.sh env`)"
-        ),
-    };
-    S3Settings {
-        endpoint: var("SK_S3_ENDPOINT"),
-        bucket: var("SK_S3_BUCKET"),
-        region: var("SK_S3_REGION"),
-        access_key: var("SK_S3_ACCESS_KEY"),
-        secret_key: var("SK_S3_SECRET_KEY"),
-    }
-}
-
-pub fn bootstrap() -> String {
-    match std::env::var("SK_KAFKA_BOOTSTRAP") {
-        Ok(value) if !value.is_empty() => value,
-        _ => panic!(
-            "SK_KAFKA_BOOTSTRAP is not set: these tests need the real broker started by \
-             `tests/services/kafka.sh start` (or run them through `tests/run.sh`)"
-        ),
-    }
-}
-
-pub fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{prefix}-{}-{:x}", std::process::id(), nanos & 0xffff_ffff)
-}
 
 fn admin() -> AdminClient<DefaultClientContext> {
     ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
+        .set("bootstrap.servers", kafka_bootstrap())
         .create()
         .unwrap()
 }
@@ -148,7 +116,7 @@ pub const CHANGELOG_INCARNATION_KEY: &[u8] = b"\x01changelog_incarnation";
 
 pub fn producer() -> ThreadedProducer<DefaultProducerContext> {
     ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
+        .set("bootstrap.servers", kafka_bootstrap())
         .set("enable.idempotence", "true")
         .set("linger.ms", "20")
         .create()
@@ -208,7 +176,7 @@ pub struct Job {
 impl Job {
     /// A job reading `input` (already created) with fresh output, changelog and DLQ topics.
     pub async fn new(name: &str, input: &str, partitions: i32, processor: ProcessorConfig) -> Self {
-        let name = unique(name);
+        let name = unique_name(name);
         let output = format!("{name}.out");
         let changelog = format!("{name}.changelog");
         let dead_letter = format!("{name}.dlq");
@@ -222,11 +190,12 @@ impl Job {
         let config = WorkerConfig {
             version: WorkerConfig::VERSION,
             job: JobIdentity {
+                cluster: None,
                 namespace: "tests".into(),
                 name: name.clone(),
             },
             kafka: KafkaConfig {
-                bootstrap_servers: bootstrap(),
+                bootstrap_servers: kafka_bootstrap(),
                 input_topic: input.into(),
                 output_topic: output,
                 changelog_topic: changelog,
@@ -274,7 +243,7 @@ impl Job {
             retain,
             s3: Some(S3Config {
                 bucket: settings.bucket,
-                prefix: unique("ckpt"),
+                prefix: unique_name("ckpt"),
                 endpoint: Some(endpoint.map_or(settings.endpoint, str::to_string)),
                 region: settings.region,
                 path_style: true,
@@ -316,7 +285,7 @@ impl Job {
         let log_path = self
             .dir
             .path()
-            .join(format!("worker-{}.log", unique("run")));
+            .join(format!("worker-{}.log", unique_name("run")));
         let log = std::fs::File::create(&log_path).unwrap();
         let mut command = Command::new(worker_binary());
         command
@@ -344,7 +313,7 @@ impl Job {
     /// The input offsets committed in the job's transactions, per partition.
     pub fn committed_offsets(&self) -> BTreeMap<i32, i64> {
         let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap())
+            .set("bootstrap.servers", kafka_bootstrap())
             .set("group.id", self.config.job.group_id())
             .create()
             .unwrap();
@@ -540,7 +509,7 @@ fn is_transient(error: &rdkafka::error::KafkaError) -> bool {
 
 pub fn end_offsets(topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
+        .set("bootstrap.servers", kafka_bootstrap())
         .create()
         .unwrap();
     (0..partitions)
@@ -565,8 +534,8 @@ pub struct Record {
 /// Every committed record of every partition of `topic`, in offset order.
 pub fn read_committed(topic: &str, partitions: i32) -> BTreeMap<i32, Vec<Record>> {
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("group.id", unique("reader"))
+        .set("bootstrap.servers", kafka_bootstrap())
+        .set("group.id", unique_name("reader"))
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
@@ -705,26 +674,12 @@ pub fn assert_same_output(
     );
 }
 
-/// A loopback port that is free right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A plain HTTP GET on loopback: (status, body).
-pub fn http_get(address: &str, path: &str) -> Option<(u16, String)> {
-    http_request(address, "GET", path, Duration::from_secs(5))
-}
-
 /// The worker token of every test job (in the file its config's `http.tokenFile` names).
 pub const HTTP_TOKEN: &str = "streamkeeper-worker-tests-token-0123456789abcdef";
 
 /// A plain HTTP request without body on loopback: (status, body). A request that is not a read
 /// carries the test jobs' worker token, as the operator's does.
-pub fn http_request(
+pub fn worker_request(
     address: &str,
     method: &str,
     path: &str,
@@ -736,37 +691,5 @@ pub fn http_request(
     } else {
         &[("Authorization", authorization.as_str())]
     };
-    http_request_with(address, method, path, headers, "", limit)
-}
-
-/// [`http_request`] with exactly `headers` added, and `body` (JSON, empty for none).
-pub fn http_request_with(
-    address: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-    limit: Duration,
-) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(address).ok()?;
-    stream.set_read_timeout(Some(limit)).ok()?;
-    let headers: String = headers
-        .iter()
-        .map(|(name, value)| format!("{name}: {value}\r\n"))
-        .collect();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {address}\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((status, body))
+    http_request(address, method, path, headers, "", limit)
 }

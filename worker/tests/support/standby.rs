@@ -3,9 +3,9 @@
 //! sends them, and the workers' task reports read back.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::{Job, Worker};
+use super::{Job, Worker, wait_for};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use streamkeeper_contract::{
     AssignmentDocument, TaskAssignment, TaskReport, TaskReportsDocument, Versioned,
 };
@@ -108,35 +108,6 @@ pub fn assign_all(pods: &[&Pod], document: &AssignmentDocument) {
     }
 }
 
-/// Waits until `condition` holds, checking every 20 ms; panics with `what` after `limit`.
-pub fn wait_for(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while started.elapsed() < limit {
-        if condition() {
-            return started.elapsed();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("{what}: not within {limit:?}");
-}
-
-/// [`wait_for`], printing `context()` (a worker's log, say) when it gives up.
-pub fn wait_for_or(
-    what: &str,
-    limit: Duration,
-    mut condition: impl FnMut() -> bool,
-    context: impl FnOnce() -> String,
-) -> Duration {
-    let started = Instant::now();
-    while started.elapsed() < limit {
-        if condition() {
-            return started.elapsed();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("{what}: not within {limit:?}\n{}", context());
-}
-
 /// A standby copy of `task` on `pod` has warmed up and is at most `lag` records behind.
 pub fn warm_standby(pod: &Pod, task: u32, lag: i64) -> bool {
     pod.report(task).is_some_and(|r| {
@@ -169,7 +140,7 @@ pub fn http_put_with(
     body: &str,
     headers: &[(&str, &str)],
 ) -> Option<(u16, String)> {
-    super::http_request_with(address, "PUT", path, headers, body, Duration::from_secs(30))
+    super::http_request(address, "PUT", path, headers, body, Duration::from_secs(30))
 }
 
 /// The `seconds` of the newest "promotion: first commit" line of `log` for `task`.

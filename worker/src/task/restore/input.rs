@@ -8,16 +8,15 @@
 //! and checks the old changelog's keys against it one by one, so it holds one batch in memory
 //! whatever the state's size.
 
-use super::facts::ChangelogProbe;
 use super::install::install_first_usable;
 use super::plan::{self, ApplyRequest, InputRebuild, RewriteIncarnation};
 use super::progress::Progress;
 use crate::checkpoint::{CheckpointError, CheckpointService};
 use crate::processor::keys;
-use crate::status::{RestorePhase, RestoreSource};
 use crate::store::metadata::is_reserved_key;
 use crate::store::{ChangeSet, RocksStore, StateStore};
 use crate::task::active::ActiveLoop;
+use crate::task::changelog::ChangelogProbe;
 use crate::task::{TaskError, WorkerContext, partition_of, stop};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -26,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use streamkeeper_contract::CheckpointManifest;
 use streamkeeper_contract::restore_request::RestoreRequestDocument;
+use streamkeeper_contract::task_report::{RestorePhase, RestoreSource};
 
 /// Records per transaction when the changelog is rewritten; the marker and the input offset go
 /// in the last one, so a crash part-way applies the request again from the start.
@@ -155,7 +155,7 @@ impl<'a> Rebuilder<'a, '_> {
         // The rewritten state names the topic's incarnation: a fresh one for a topic created
         // anew, the topic's own for a rewind (see `incarnation`). It leads the first transaction.
         let incarnation = match rebuild.incarnation {
-            RewriteIncarnation::Fresh => Some(crate::task::incarnation::fresh(task)),
+            RewriteIncarnation::Fresh => Some(crate::store::incarnation::fresh(task)),
             RewriteIncarnation::Topic => {
                 ChangelogProbe::new(consumer, topic, partition, (low, high)).incarnation()?
             }

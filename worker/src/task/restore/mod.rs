@@ -4,10 +4,10 @@
 //! state is wiped (if needed) and rebuilt from the whole changelog.
 //!
 //! [`plan`] decides, purely, from facts; this module is the thin layer that gathers those facts
-//! (only the ones the plan asks for: [`facts`]), calls the plan and carries it out:
-//! [`install`] (Download), [`replay`] (Replay, CatchUp), [`input`] (a rebuild from the input),
-//! with [`progress`] publishing the figures. Dependencies point one way: the executor uses the
-//! steps, the steps never the executor.
+//! (only the ones the plan asks for: reads of the changelog probe, [`retention`]), calls the plan
+//! and carries it out: [`install`] (Download), [`replay`] (Replay, CatchUp), [`input`] (a rebuild
+//! from the input), with [`progress`] publishing the figures. Dependencies point one way: the
+//! executor uses the steps, the steps never the executor.
 //!
 //! A restore on request (`spec.restore`, handed over by the operator as a versioned document in
 //! [`RESTORE_REQUEST_ENV`]) is applied once per request id. The id of the newest request
@@ -18,17 +18,15 @@
 //! named checkpoint (`latest`: the newest usable one), replays the changelog after it and
 //! commits the marker; the state ends exact. `source: input` is [`input`].
 
-mod facts;
 mod input;
 mod install;
 mod plan;
 mod progress;
 mod replay;
+mod retention;
 
-pub(super) use facts::ChangelogProbe;
 pub(super) use replay::take_record;
 
-use self::facts::{RetentionLookup, now_ms};
 use self::input::Rebuilder;
 use self::plan::{
     CheckpointDecision, Decision, Facts, Listed, LocalState, Manifests, Mode, Need, RequestStep,
@@ -36,12 +34,13 @@ use self::plan::{
 };
 use self::progress::Progress;
 use self::replay::{ReplayRange, replay};
+use self::retention::{RetentionLookup, now_ms};
 use super::active::ActiveLoop;
+use super::changelog::ChangelogProbe;
 use super::{TaskError, WorkerContext, partition_of, stop};
 use crate::checkpoint::CheckpointError;
 use crate::checkpoint::download::list_manifests;
 use crate::processor::keys;
-use crate::status::{RestorePhase, RestoreSource};
 use crate::store::{ChangeSet, OpenOutcome, RocksStore, StateStore, TaskMetadata};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::collections::BTreeMap;
@@ -49,6 +48,7 @@ use std::time::Duration;
 use streamkeeper_contract::restore_request::{
     RESTORE_REQUEST_ENV, RestoreReplaySource, RestoreRequestDocument,
 };
+use streamkeeper_contract::task_report::{RestorePhase, RestoreSource};
 use streamkeeper_contract::{FormatError, Versioned};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -104,7 +104,11 @@ pub(super) fn restore_task(
         RestoreReplaySource::Changelog => {
             let mode = Mode::Requested(choice);
             restore_from_changelog(context, task, store, OpenOutcome::Empty, &consumer, mode)?;
-            active.commit_changes(store, marker(&request.id), None)?;
+            let (changes, input_offset) = applied(request);
+            if request.adopt_input {
+                tracing::warn!(task, id = %request.id, topic = %context.config.kafka.input_topic, "the restore request adopts the input: the state forgets the topic it was built from, and the task reads this one from its first record");
+            }
+            active.commit_changes(store, changes, input_offset)?;
         }
         RestoreReplaySource::Input => {
             let rebuilder = Rebuilder {
@@ -133,6 +137,20 @@ fn report_applied(context: &WorkerContext, task: u32, store: &RocksStore) -> Res
         .board
         .update(task, |report| report.applied_restore_id = applied);
     Ok(())
+}
+
+/// The changes that mark `request` applied, and the input position they set. A request that
+/// adopts the input also forgets which input the state was built from and its position there:
+/// position 0 (nothing consumed) resumes the current topic at its first record, and the task's
+/// input check then records the current topic as the state's.
+fn applied(request: &RestoreRequestDocument) -> (ChangeSet, Option<i64>) {
+    let mut changes = marker(&request.id);
+    if request.adopt_input {
+        changes.delete(keys::INPUT);
+        (changes, Some(0))
+    } else {
+        (changes, None)
+    }
 }
 
 fn marker(id: &str) -> ChangeSet {
@@ -244,7 +262,7 @@ fn local_state(outcome: &OpenOutcome, store: &RocksStore) -> Option<LocalState> 
     Some(LocalState {
         next_changelog_offset,
         newest_changelog_timestamp_ms,
-        incarnation: super::incarnation::of_state(store),
+        incarnation: crate::store::incarnation::of_state(store),
     })
 }
 

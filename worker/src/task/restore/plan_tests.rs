@@ -1,5 +1,4 @@
 //! Every branch of the restore plan, from facts alone.
-#![allow(clippy::unwrap_used, clippy::panic)]
 
 use super::*;
 use streamkeeper_contract::restore_request::RestoreCheckpoint;
@@ -356,6 +355,7 @@ fn a_state_without_changelog_records_needs_a_full_replay_when_records_follow() {
 
 fn request(checkpoint: RestoreCheckpoint, source: RestoreReplaySource) -> RestoreRequestDocument {
     RestoreRequestDocument {
+        adopt_input: false,
         version: 1,
         id: "incident-7".into(),
         checkpoint,

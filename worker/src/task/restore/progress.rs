@@ -1,10 +1,13 @@
 //! Restore figures (records and bytes done, rate, ETA, download progress), published to the
 //! task board (`/v1/tasks`), the metrics and the logs as the restore goes through its phases.
 
+use crate::board::TaskBoard;
 use crate::metrics::{TaskLabel, WorkerMetrics};
-use crate::status::{DownloadProgress, RestorePhase, RestoreProgress, RestoreSource, TaskBoard};
 use crate::task::WorkerContext;
 use std::time::{Duration, Instant};
+use streamkeeper_contract::task_report::{
+    DownloadProgress, RestorePhase, RestoreProgress, RestoreSource,
+};
 
 /// Restore figures, published to the task board, the metrics and the logs.
 pub(in crate::task) struct Progress<'a> {
@@ -191,7 +194,6 @@ impl<'a> Progress<'a> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

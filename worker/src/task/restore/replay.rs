@@ -8,15 +8,15 @@
 
 use super::progress::Progress;
 use crate::failpoint;
-use crate::status::RestorePhase;
 use crate::store::{ChangeSet, RocksStore, StateStore, TaskMetadata};
-use crate::task::input_position::position_in_record;
+use crate::task::active::input_position::position_in_record;
 use crate::task::{TaskError, WorkerContext};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use std::time::Duration;
+use streamkeeper_contract::task_report::RestorePhase;
 
 const BATCH_RECORDS: usize = 20_000;
 

@@ -1,0 +1,16 @@
+//! The operator's clients of everything it talks to besides the apiserver. Each turns a
+//! service's answers and failures into typed results the controller and the failover loops
+//! judge; none decides anything on its own.
+//!
+//! - [`kafka_admin`]: topics (the changelog, the dead-letter topic), their configs and the
+//!   input's offsets, through one cached admin client per cluster; [`kafka_security`] turns a
+//!   job's TLS and SASL settings into client settings.
+//! - [`checkpoints`]: the checkpoint manifests in S3, read as the workers wrote them, and the
+//!   deletion of a job's objects.
+//! - [`worker_client`]: the workers' HTTP API: task reports, assignment documents, checkpoint
+//!   requests.
+
+pub mod checkpoints;
+pub mod kafka_admin;
+pub mod kafka_security;
+pub mod worker_client;

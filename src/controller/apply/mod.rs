@@ -1,0 +1,256 @@
+//! Step 4 of the pipeline (validate → read facts → build → **apply** → observe → judge →
+//! update status): make the cluster and Kafka match [`DesiredResources`].
+//!
+//! Kubernetes objects go through server-side apply with one field manager, forced, so a no-op
+//! reconcile sends the same intent and the apiserver stores nothing. Topics go first: an existing
+//! changelog that breaks a rule stops the apply before any pod could start writing to it. Each
+//! topic the operator creates is recorded in the job's status at once (Kafka topics carry no
+//! labels), so that `deletionPolicy: Delete` deletes what this job created and nothing else.
+
+pub mod cleanup;
+pub mod operations;
+pub mod owner_marker;
+
+use crate::adapters::kafka_admin::DesiredTopic;
+use crate::adapters::kafka_admin::{Creation, KafkaAdmin, KafkaAdminError};
+use crate::api::StatefulStreamJob;
+use crate::api::status::CreatedTopic;
+use crate::controller::DesiredResources;
+use crate::controller::build::DesiredTopics;
+pub use crate::controller::error::ApplyError;
+pub use crate::k8s::apply::{ApiError, server_side_apply};
+use crate::k8s::ownership::{self, Verified};
+use crate::k8s::worker_token::{self, WorkerTokenError};
+use crate::retention::{self, RetentionViolation};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::time::Duration;
+
+/// What `apply` did.
+#[derive(Debug)]
+pub enum ApplyOutcome {
+    /// Every object and topic is as desired; the StatefulSet as the apiserver returned it, and
+    /// the changelog's actual `delete.retention.ms` (a pre-existing changelog keeps its own).
+    Applied {
+        stateful_set: Box<StatefulSet>,
+        changelog_delete_retention_ms: Option<i64>,
+    },
+    /// The existing changelog breaks a rule: nothing was applied.
+    ChangelogRefused(RetentionViolation),
+}
+
+/// Applies `desired` for the job `job` in `namespace`. Objects that exist and are not the job's
+/// are refused, never taken over ([`ownership`]); `verified` remembers the ones that are.
+pub async fn apply(
+    client: &Client,
+    kafka: &KafkaAdmin,
+    (namespace, job): (&str, &str),
+    desired: &DesiredResources,
+    verified: &Verified,
+) -> Result<ApplyOutcome, ApplyError> {
+    let DesiredResources {
+        config_map,
+        stateful_set,
+        service,
+        pod_disruption_budget,
+        worker_token,
+        topics,
+    } = desired;
+    let mut created = BTreeMap::new();
+    let ensured = ensure_topics(kafka, topics, &mut created).await;
+    // Recorded even when a later topic failed: what was created must not be forgotten.
+    record_created_topics(client, namespace, job, &created).await?;
+    let changelog_delete_retention_ms = match ensured? {
+        Ok(delete_retention_ms) => delete_retention_ms,
+        Err(violation) => return Ok(ApplyOutcome::ChangelogRefused(violation)),
+    };
+    // Before the StatefulSet: its pods mount the Secret and cannot start without it. The token is
+    // read back here only to prove it usable; the suspend step reads it when it needs it.
+    worker_token::ensure(client, namespace, worker_token)
+        .await
+        .map_err(|error| match error {
+            WorkerTokenError::Foreign(foreign) => ApplyError::Foreign(foreign),
+            other => other.into(),
+        })?;
+    let owned = Owned {
+        client,
+        namespace,
+        verified,
+    };
+    owned.apply(config_map).await?;
+    owned.apply(service).await?;
+    owned.apply(pod_disruption_budget).await?;
+    let stateful_set = owned.apply(stateful_set).await?;
+    Ok(ApplyOutcome::Applied {
+        stateful_set: Box::new(stateful_set),
+        changelog_delete_retention_ms,
+    })
+}
+
+/// Creates missing topics (each one this call created goes into `created`); checks an existing
+/// changelog's partitions and cleanup policy. Returns the changelog's `delete.retention.ms`, or
+/// the violation that refuses it.
+async fn ensure_topics(
+    kafka: &KafkaAdmin,
+    topics: &DesiredTopics,
+    created: &mut BTreeMap<String, CreatedTopic>,
+) -> Result<Result<Option<i64>, RetentionViolation>, KafkaAdminError> {
+    let DesiredTopics {
+        changelog,
+        dead_letter,
+    } = topics;
+    let delete_retention = match kafka.topic(&changelog.name).await? {
+        Some(existing) => {
+            if let Err(violation) = check_changelog(&existing, changelog.partitions) {
+                return Ok(Err(violation));
+            }
+            // An existing changelog keeps its configs: altering them is the owner's call.
+            existing.config.get("delete.retention.ms").cloned()
+        }
+        None => match kafka.create(changelog).await? {
+            Creation::Created => {
+                created.insert(
+                    changelog.name.clone(),
+                    created_topic("changelog", changelog),
+                );
+                changelog.config.get("delete.retention.ms").cloned()
+            }
+            // Created by someone else between our read and our create (or our read saw stale
+            // metadata): it must pass the same checks as any existing changelog.
+            Creation::AlreadyExisted => {
+                let existing = created_elsewhere(kafka, &changelog.name).await?;
+                if let Err(violation) = check_changelog(&existing, changelog.partitions) {
+                    return Ok(Err(violation));
+                }
+                existing.config.get("delete.retention.ms").cloned()
+            }
+        },
+    };
+    // A dead-letter topic that exists already (shared by several jobs, say) is used as it is.
+    if kafka.topic(&dead_letter.name).await?.is_none()
+        && kafka.create(dead_letter).await? == Creation::Created
+    {
+        created.insert(
+            dead_letter.name.clone(),
+            created_topic("deadLetter", dead_letter),
+        );
+    }
+    Ok(Ok(delete_retention.and_then(|ms| ms.parse().ok())))
+}
+
+fn created_topic(role: &str, topic: &DesiredTopic) -> CreatedTopic {
+    CreatedTopic {
+        role: role.to_string(),
+        partitions: topic.partitions,
+        created_at: Time(Timestamp::now()),
+    }
+}
+
+/// Adds `created` to the job's `status.createdTopics`. A merge patch of the map adds keys and
+/// removes none, so neither a concurrent status write nor an older status overwrites them.
+async fn record_created_topics(
+    client: &Client,
+    namespace: &str,
+    job: &str,
+    created: &BTreeMap<String, CreatedTopic>,
+) -> Result<(), ApiError> {
+    if created.is_empty() {
+        return Ok(());
+    }
+    let api: Api<StatefulStreamJob> = Api::namespaced(client.clone(), namespace);
+    let patch = serde_json::json!({ "status": { "createdTopics": created } });
+    api.patch_status(job, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map_err(|source| ApiError {
+            action: "record the created topics in the status of",
+            kind: "StatefulStreamJob".into(),
+            namespace: namespace.to_string(),
+            name: job.to_string(),
+            source,
+        })?;
+    tracing::info!(%namespace, %job, topics = ?created.keys().collect::<Vec<_>>(), "created topics recorded");
+    Ok(())
+}
+
+/// The facts of a topic the broker says exists, waiting out metadata that has not caught up.
+async fn created_elsewhere(
+    kafka: &KafkaAdmin,
+    name: &str,
+) -> Result<crate::adapters::kafka_admin::TopicFacts, KafkaAdminError> {
+    for _ in 0..20 {
+        if let Some(existing) = kafka.topic(name).await? {
+            return Ok(existing);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(KafkaAdminError::NotVisible {
+        topic: name.to_string(),
+    })
+}
+
+fn check_changelog(
+    existing: &crate::adapters::kafka_admin::TopicFacts,
+    input_partitions: i32,
+) -> Result<(), RetentionViolation> {
+    retention::check_changelog_partitions(existing.partitions, input_partitions)?;
+    let config = |key: &str| existing.config.get(key).map(String::as_str);
+    let time = retention::TopicRetention::from_topic_config(config("retention.ms"), None)?.time;
+    retention::check_changelog_cleanup_policy(config("cleanup.policy").unwrap_or("delete"), time)
+}
+
+/// Applies objects that are, or will be, the job's own.
+struct Owned<'a> {
+    client: &'a Client,
+    namespace: &'a str,
+    verified: &'a Verified,
+}
+
+impl Owned<'_> {
+    /// [`server_side_apply`] of `object`, after checking that an object of its name, if there
+    /// is one, is the job's (named by `object`'s owner reference); read once per object and
+    /// operator start ([`Verified`]).
+    async fn apply<K>(&self, object: &K) -> Result<K, ApplyError>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + Serialize
+            + DeserializeOwned
+            + Debug,
+    {
+        let kind = K::kind(&()).to_string();
+        let name = object.meta().name.clone().unwrap_or_default();
+        let owner = object.meta().owner_references.iter().flatten().next();
+        if let Some(owner) = owner
+            && !self.verified.contains(owner, &kind, &name)
+        {
+            let api: Api<K> = Api::namespaced(self.client.clone(), self.namespace);
+            let existing = api.get_opt(&name).await.map_err(|source| ApiError {
+                action: "read",
+                kind: kind.clone(),
+                namespace: self.namespace.to_string(),
+                name: name.clone(),
+                source,
+            })?;
+            if let Some(existing) = existing {
+                ownership::check(&kind, self.namespace, existing.meta(), owner)?;
+            }
+        }
+        let applied = server_side_apply(self.client, self.namespace, object).await?;
+        if let Some(owner) = owner {
+            self.verified.insert(owner, &kind, &name);
+        }
+        Ok(applied)
+    }
+}
+
+/// How long to wait before looking again at a refused changelog or retention: topic configs are
+/// not watched, so a fix on the broker side is noticed at this pace.
+pub const REFUSED_RECHECK: Duration = Duration::from_secs(60);

@@ -1,0 +1,16 @@
+//! The Kubernetes plumbing that both the reconcile ([`crate::controller`]) and the failover
+//! loops ([`crate::failover`]) use, below both of them:
+//!
+//! - [`apply`]: server-side apply with the operator's one field manager, and [`apply::ApiError`],
+//!   which names the object a failed request was about;
+//! - [`names`], [`labels`]: every name, path, label and annotation derived from a job;
+//! - [`ownership`]: which existing objects the operator may write (only its job's own);
+//! - [`events`]: Events about a job;
+//! - [`worker_token`]: the job's worker token Secret, created once and read back.
+
+pub mod apply;
+pub mod events;
+pub mod labels;
+pub mod names;
+pub mod ownership;
+pub mod worker_token;

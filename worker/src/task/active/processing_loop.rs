@@ -1,0 +1,533 @@
+//! The exactly-once loop of an active task (Kafka Streams EOS-v2 style):
+//! poll input → process into an overlay → produce output, dead letters and one changelog record
+//! per changed key → send the input offset to the transaction → commit → only then apply the
+//! overlay and the offsets to RocksDB in one atomic write. Local state therefore never holds an
+//! uncommitted change, and a restart needs only a delta replay.
+
+use super::dead_letter::{self, DeadLetter};
+use super::input_position;
+use super::promotion::{PromotionClock, Step};
+use super::{claim, commit_mark, fence, record_size};
+use crate::checkpoint::TaskCheckpoints;
+use crate::failpoint;
+use crate::kafka_client;
+use crate::metrics::{ReasonLabel, TaskLabel};
+use crate::processor::config::ProcessorConfig;
+use crate::processor::keys;
+use crate::processor::{Pipeline, ProcessError, ProcessOutput};
+use crate::store::{ChangeSet, Overlay, RocksStore, StateStore, TaskMetadata};
+use crate::task::changelog::changelog_consumer;
+use crate::task::consumer_watch::{self, ConsumerStall, ConsumerWatch};
+use crate::task::{TaskError, WorkerContext, partition_of};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use std::time::{Duration, Instant};
+
+pub(super) const KAFKA_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long an idle task waits before committing its unchanged input offset again; far below
+/// Kafka's default offset retention of 7 days. `STREAMKEEPER_OFFSET_REFRESH_SECONDS` overrides it
+/// (tests use seconds).
+const OFFSET_REFRESH: Duration = Duration::from_secs(3600);
+
+fn offset_refresh_interval() -> Duration {
+    std::env::var("STREAMKEEPER_OFFSET_REFRESH_SECONDS")
+        .ok()
+        .and_then(|text| text.parse::<f64>().ok())
+        .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
+        .map_or(OFFSET_REFRESH, Duration::from_secs_f64)
+}
+
+/// An active task's clients and pipeline; its methods are the role's steps and the loop.
+pub struct ActiveLoop<'a> {
+    pub(super) context: &'a WorkerContext,
+    pub(super) task: u32,
+    pub(super) partition: i32,
+    producer: FutureProducer,
+    pub(super) input: BaseConsumer,
+    pipeline: Pipeline,
+    /// Set when this run is a promotion: its steps and first commit are timed from it.
+    promotion: std::cell::RefCell<Option<PromotionClock>>,
+}
+
+impl<'a> ActiveLoop<'a> {
+    /// Creates the clients and claims the task: `init_transactions` fences any older owner
+    /// and aborts its open transaction, so the changelog is final before the restore reads it.
+    pub fn connect(context: &'a WorkerContext, task: u32) -> Result<Self, TaskError> {
+        let config = &context.config;
+        let partition = partition_of(task)?;
+        let transactional_id = config.job.transactional_id(task);
+        let producer = claim::claim(&config.kafka, &transactional_id, KAFKA_TIMEOUT, || {
+            context.shutting_down()
+        })?;
+        let mut input_config =
+            kafka_client::consumer_config(&config.kafka, &config.job.group_id())?;
+        // An offset retention has deleted is an error here, not a silent jump to the earliest
+        // record: the task restarts from its state and reports the gap (`input_position`).
+        input_config.set("auto.offset.reset", "error");
+        let input: BaseConsumer = input_config
+            .create()
+            .map_err(|e| TaskError::kafka("creating the input consumer", e))?;
+        let processor_config = ProcessorConfig::from(&config.processor);
+        let pipeline = Pipeline::from_config(&processor_config)
+            .map_err(|e| TaskError::Internal(format!("processor config: {e}")))?;
+        Ok(Self {
+            context,
+            task,
+            partition,
+            producer,
+            input,
+            pipeline,
+            promotion: std::cell::RefCell::new(context.promoted_at.map(PromotionClock::since)),
+        })
+    }
+
+    /// Ends a step of the promotion this run is, if it is one.
+    pub fn promotion_step(&self, step: Step) {
+        if let Some(clock) = self.promotion.borrow_mut().as_mut() {
+            clock.mark(step);
+        }
+    }
+
+    /// A consumer for replaying the changelog, with end-of-partition events: a replay ends on
+    /// one.
+    pub fn restore_consumer(&self) -> Result<BaseConsumer, TaskError> {
+        changelog_consumer(self.context, true)
+    }
+
+    /// Processes until shutdown. On shutdown the open transaction is committed first.
+    /// Checkpoints (when configured) are taken between records; the loop pays only for the
+    /// local RocksDB checkpoint, the upload runs elsewhere.
+    pub fn run(
+        &mut self,
+        store: &mut RocksStore,
+        checkpoints: Option<&TaskCheckpoints>,
+    ) -> Result<(), TaskError> {
+        let mut open_since = None;
+        let result = self.run_transactions(store, checkpoints, &mut open_since);
+        result.map_err(|error| {
+            let error = fence::behind_fatal(&self.producer, error);
+            let open_for = open_since.map(|at: Instant| at.elapsed());
+            fence::timed_out_or_fenced(self.context, self.task, error, open_for, store)
+        })
+    }
+
+    /// The loop itself; `open_since` tells the caller how long the open transaction (if any)
+    /// had been open when an error ended it.
+    fn run_transactions(
+        &mut self,
+        store: &mut RocksStore,
+        checkpoints: Option<&TaskCheckpoints>,
+        open_since: &mut Option<Instant>,
+    ) -> Result<(), TaskError> {
+        let kafka = &self.context.config.kafka;
+        let mut txn: Option<Transaction> = None;
+        let mut last_lag_check: Option<Instant> = None;
+        let refresh_every = offset_refresh_interval();
+        let mut input_watch = ConsumerWatch::new(consumer_watch::stall_after());
+        let mut last_commit = Instant::now();
+        // The input had nothing more at the last poll.
+        let mut drained = false;
+        loop {
+            let shutting_down = self.context.shutting_down();
+            if let Some(open) = &txn {
+                // A promotion's first transaction commits as soon as the backlog read so far
+                // is processed: the task's output has stalled since the old owner's last commit.
+                let first_after_promotion = drained && self.promotion.borrow().is_some();
+                let due = open.started.elapsed() >= kafka.commit_interval
+                    || open.records >= kafka.commit_max_records
+                    || first_after_promotion;
+                if due || shutting_down {
+                    let open = txn
+                        .take()
+                        .ok_or_else(|| TaskError::Internal("no transaction".into()))?;
+                    self.commit(store, open)?;
+                    *open_since = None;
+                    last_commit = Instant::now();
+                }
+            }
+            if shutting_down {
+                return Ok(());
+            }
+            if txn.is_none() && last_commit.elapsed() >= refresh_every {
+                self.refresh_input_offset(store)?;
+                last_commit = Instant::now();
+            }
+            if let Some(checkpoints) = checkpoints {
+                checkpoints.maybe_checkpoint(store);
+            }
+            if last_lag_check.is_none_or(|at| at.elapsed() >= Duration::from_secs(2)) {
+                let stable_end = self.report_lag(store);
+                last_lag_check = Some(Instant::now());
+                let position = self.input_position(store, txn.as_ref());
+                if let Some(stall) = input_watch.judge(position, stable_end, Instant::now()) {
+                    return Err(self.input_stalled(stall));
+                }
+            }
+            let polled = self.input.poll(Duration::from_millis(20));
+            input_watch.polled(matches!(polled, Some(Ok(_))), Instant::now());
+            let message = match polled {
+                None => {
+                    drained = true;
+                    continue;
+                }
+                Some(Err(error)) => return Err(TaskError::kafka("polling input", error)),
+                Some(Ok(message)) => message,
+            };
+            drained = false;
+            if txn.is_none() {
+                self.producer
+                    .begin_transaction()
+                    .map_err(|e| TaskError::kafka("begin_transaction", e))?;
+                txn = Some(Transaction::new());
+                *open_since = Some(Instant::now());
+            }
+            let open = txn
+                .as_mut()
+                .ok_or_else(|| TaskError::Internal("no transaction".into()))?;
+            let payload = message.payload().unwrap_or_default();
+            let timestamp = message.timestamp().to_millis();
+            self.process_one(store, open, payload, message.offset(), timestamp)?;
+            failpoint::hit("mid-transaction");
+            if failpoint::reached("input-stops") {
+                self.stop_fetching_input()?;
+            }
+        }
+    }
+
+    fn process_one(
+        &self,
+        store: &RocksStore,
+        txn: &mut Transaction,
+        payload: &[u8],
+        offset: i64,
+        timestamp_ms: Option<i64>,
+    ) -> Result<(), TaskError> {
+        let changes = std::mem::take(&mut txn.changes);
+        let mut overlay = Overlay::with_changes(store, changes);
+        let result =
+            self.pipeline
+                .process(payload, self.partition, offset, timestamp_ms, &mut overlay);
+        // A record whose derived records cannot be produced would wedge the partition: its
+        // changes are undone and it goes to the dead-letter topic instead.
+        let result = result.map(|output| {
+            let lengths = output.records.iter().map(|r| (r.key.len(), r.value.len()));
+            match record_size::first_oversized(lengths, overlay.written()) {
+                None => Ok(output),
+                Some(oversized) => Err(oversized),
+            }
+        });
+        if matches!(result, Ok(Err(_))) {
+            overlay.undo();
+        }
+        txn.changes = overlay.into_changes();
+        txn.records += 1;
+        txn.next_input_offset = Some(offset + 1);
+        let label = TaskLabel { task: self.task };
+        self.context
+            .metrics
+            .records_processed
+            .get_or_create(&label)
+            .inc();
+        let (reason, detail) = match result {
+            Ok(Ok(output)) => return self.emit(txn, &output),
+            Ok(Err(oversized)) => (dead_letter::OVERSIZED, oversized.to_string()),
+            Err(ProcessError::BadRecord(reason)) => (reason.reason(), reason.to_string()),
+            Err(other) => return Err(TaskError::Process(other)),
+        };
+        self.send_dead_letter(txn, payload, offset, reason, detail)
+    }
+
+    /// Produces a processed record's output into the open transaction.
+    fn emit(&self, txn: &mut Transaction, output: &ProcessOutput) -> Result<(), TaskError> {
+        let kafka = &self.context.config.kafka;
+        if let Some(reason) = output.dropped {
+            self.context
+                .metrics
+                .records_dropped
+                .get_or_create(&ReasonLabel {
+                    task: self.task,
+                    reason: reason.as_str().into(),
+                })
+                .inc();
+        }
+        for record in &output.records {
+            let future = self.send(
+                FutureRecord::to(&kafka.output_topic)
+                    .key(&record.key)
+                    .payload(&record.value),
+            )?;
+            txn.pending.push(future);
+        }
+        Ok(())
+    }
+
+    /// Sends the input record at `offset` to the dead-letter topic in the open transaction.
+    fn send_dead_letter(
+        &self,
+        txn: &mut Transaction,
+        payload: &[u8],
+        offset: i64,
+        reason: &str,
+        detail: String,
+    ) -> Result<(), TaskError> {
+        let kafka = &self.context.config.kafka;
+        let letter = DeadLetter {
+            reason,
+            detail,
+            topic: &kafka.input_topic,
+            partition: self.partition,
+            offset,
+        };
+        let (headers, kept) = letter.record(payload);
+        let mut record = FutureRecord::<(), [u8]>::to(&kafka.dead_letter_topic).headers(headers);
+        if let Some(kept) = kept {
+            record = record.payload(kept);
+        }
+        txn.pending.push(self.send(record)?);
+        self.context
+            .metrics
+            .records_dead_lettered
+            .get_or_create(&ReasonLabel {
+                task: self.task,
+                reason: reason.into(),
+            })
+            .inc();
+        tracing::debug!(task = self.task, offset, reason, "record dead-lettered");
+        Ok(())
+    }
+
+    /// Produces one changelog record per changed key, adds the input offset, commits, then
+    /// applies the changes to local state.
+    fn commit(&self, store: &mut RocksStore, mut txn: Transaction) -> Result<(), TaskError> {
+        let kafka = &self.context.config.kafka;
+        // The input position travels with the state (see `input_position`).
+        if let Some(next_input_offset) = txn.next_input_offset {
+            txn.changes.put(
+                keys::INPUT_POSITION,
+                input_position::encode_position(next_input_offset),
+            );
+        }
+        let mut last_changelog: Option<DeliveryFuture> = None;
+        for (key, value) in txn.changes.iter() {
+            let mut record = FutureRecord::<[u8], [u8]>::to(&kafka.changelog_topic)
+                .key(key)
+                .partition(self.partition);
+            if let Some(value) = value {
+                record = record.payload(value);
+            }
+            last_changelog = Some(self.send(record)?);
+        }
+        let changelog_records = txn.changes.len() as u64;
+        if let Some(next_input_offset) = txn.next_input_offset {
+            self.send_input_offset(next_input_offset)?;
+        }
+        self.producer
+            .commit_transaction(KAFKA_TIMEOUT)
+            .map_err(|e| TaskError::kafka("commit_transaction", e))?;
+        failpoint::hit("after-kafka-commit");
+
+        let mut meta = store
+            .metadata()
+            .unwrap_or_else(|| TaskMetadata::initial(self.task));
+        if let Some(next_input_offset) = txn.next_input_offset {
+            meta.next_input_offset = next_input_offset;
+        }
+        if let Some(future) = last_changelog {
+            let delivery = futures::executor::block_on(future)
+                .map_err(|_| TaskError::Internal("changelog delivery report lost".into()))?
+                .map_err(|(e, _)| TaskError::kafka("changelog delivery", e))?;
+            meta.next_changelog_offset = delivery.offset + 1;
+            meta.newest_changelog_timestamp_ms = delivery
+                .timestamp
+                .to_millis()
+                .or(meta.newest_changelog_timestamp_ms);
+        }
+        // Outputs were acknowledged by the commit; their reports only need draining.
+        txn.pending.clear();
+        store.commit(&txn.changes, &meta)?;
+        failpoint::hit("after-store-commit");
+        self.report_commit(&meta, changelog_records);
+        Ok(())
+    }
+
+    /// Adds the input position `next_input_offset` to the open transaction, marked with the
+    /// assignment generation this role runs under (`commit_mark`).
+    fn send_input_offset(&self, next_input_offset: i64) -> Result<(), TaskError> {
+        let kafka = &self.context.config.kafka;
+        let mut offsets = TopicPartitionList::new();
+        let mut offset = offsets.add_partition(&kafka.input_topic, self.partition);
+        offset
+            .set_offset(Offset::Offset(next_input_offset))
+            .map_err(|e| TaskError::kafka("building the offsets", e))?;
+        offset.set_metadata(commit_mark::encode(self.context.generation));
+        let group = self.input.group_metadata().ok_or_else(|| {
+            TaskError::Internal("the input consumer has no group metadata".into())
+        })?;
+        self.producer
+            .send_offsets_to_transaction(&offsets, &group, KAFKA_TIMEOUT)
+            .map_err(|e| TaskError::kafka("send_offsets_to_transaction", e))
+    }
+
+    /// Counts a commit that brought the state to `meta`, shows it on the task board, and ends
+    /// the promotion this run is, if it is one.
+    fn report_commit(&self, meta: &TaskMetadata, changelog_records: u64) {
+        let label = TaskLabel { task: self.task };
+        let metrics = &self.context.metrics;
+        metrics.transactions_committed.get_or_create(&label).inc();
+        metrics
+            .changelog_records_written
+            .get_or_create(&label)
+            .inc_by(changelog_records);
+        self.context.board.update(self.task, |r| {
+            r.committed_transactions += 1;
+            r.next_input_offset = Some(meta.next_input_offset);
+            r.next_changelog_offset = Some(meta.next_changelog_offset);
+        });
+        if let Some(mut clock) = self.promotion.take() {
+            clock.mark(Step::FirstCommit);
+            let seconds = clock.total().as_secs_f64();
+            metrics.promotion_seconds.get_or_create(&label).set(seconds);
+            tracing::info!(
+                task = self.task,
+                seconds,
+                steps = %clock.summary(),
+                "promotion: first commit as the new owner"
+            );
+        }
+    }
+
+    /// Commits `changes` in one Kafka transaction that consumes no input, then applies them to
+    /// local state; with `input_offset` the transaction also moves the committed input position
+    /// there. A restore request records itself, and a restore from the input rewrites the
+    /// changelog, this way.
+    pub fn commit_changes(
+        &self,
+        store: &mut RocksStore,
+        changes: ChangeSet,
+        input_offset: Option<i64>,
+    ) -> Result<(), TaskError> {
+        self.producer
+            .begin_transaction()
+            .map_err(|e| TaskError::kafka("begin_transaction", e))?;
+        let mut txn = Transaction::new();
+        txn.changes = changes;
+        txn.next_input_offset = input_offset;
+        self.commit(store, txn)
+    }
+
+    /// Commits the unchanged input position of an idle task. Kafka expires a manual-assign
+    /// group's offsets `offsets.retention.minutes` after its last commit; the state would still
+    /// resume right without them, but tools reading the group's lag would not.
+    fn refresh_input_offset(&self, store: &mut RocksStore) -> Result<(), TaskError> {
+        let Some(position) = store
+            .metadata()
+            .map(|m| m.next_input_offset)
+            .filter(|p| *p > 0)
+        else {
+            return Ok(());
+        };
+        self.commit_changes(store, ChangeSet::new(), Some(position))?;
+        self.context
+            .metrics
+            .input_offset_refreshes
+            .get_or_create(&TaskLabel { task: self.task })
+            .inc();
+        tracing::debug!(
+            task = self.task,
+            position,
+            "idle: input offset committed again"
+        );
+        Ok(())
+    }
+
+    /// Sends a record, waiting for room in the producer queue rather than failing.
+    fn send<K, P>(&self, record: FutureRecord<'_, K, P>) -> Result<DeliveryFuture, TaskError>
+    where
+        K: rdkafka::message::ToBytes + ?Sized,
+        P: rdkafka::message::ToBytes + ?Sized,
+    {
+        let mut record = record;
+        loop {
+            match self.producer.send_result(record) {
+                Ok(future) => return Ok(future),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    self.producer.poll(Duration::from_millis(10));
+                }
+                Err((error, _)) => return Err(TaskError::kafka("producing", error)),
+            }
+        }
+    }
+
+    /// Shows the input lag and returns the input's end as this consumer may read it (its last
+    /// stable offset under `read_committed`), or `None` when the broker did not answer.
+    fn report_lag(&self, store: &RocksStore) -> Option<i64> {
+        let topic = &self.context.config.kafka.input_topic;
+        let (_, stable_end) = self
+            .input
+            .fetch_watermarks(topic, self.partition, Duration::from_secs(1))
+            .ok()?;
+        let position = store.metadata().map_or(0, |m| m.next_input_offset);
+        let lag = (stable_end - position).max(0);
+        self.context
+            .metrics
+            .input_lag_records
+            .get_or_create(&TaskLabel { task: self.task })
+            .set(lag);
+        self.context
+            .board
+            .update(self.task, |r| r.input_lag = Some(lag));
+        Some(stable_end)
+    }
+
+    /// Where the input consumer stands: its own position, which moves past transaction markers,
+    /// or, before it returned anything, where this run resumed.
+    fn input_position(&self, store: &RocksStore, txn: Option<&Transaction>) -> i64 {
+        let topic = &self.context.config.kafka.input_topic;
+        consumer_watch::position_of(&self.input, topic, self.partition)
+            .or_else(|| txn.and_then(|open| open.next_input_offset))
+            .unwrap_or_else(|| store.metadata().map_or(0, |m| m.next_input_offset))
+    }
+
+    /// Counts and reports a stalled input consumer; the error restarts the role from the
+    /// committed state with a new consumer (see `consumer_watch`).
+    fn input_stalled(&self, stall: ConsumerStall) -> TaskError {
+        consumer_watch::report(self.context, self.task, "input", &stall);
+        TaskError::ConsumerStalled(format!("input: {stall}"))
+    }
+
+    /// The `input-stops` failpoint: the consumer stops fetching as a stalled one does, while the
+    /// broker keeps serving it.
+    fn stop_fetching_input(&self) -> Result<(), TaskError> {
+        let mut partitions = TopicPartitionList::new();
+        partitions.add_partition(&self.context.config.kafka.input_topic, self.partition);
+        self.input
+            .pause(&partitions)
+            .map_err(|e| TaskError::kafka("pausing the input (failpoint)", e))
+    }
+}
+
+/// The open Kafka transaction: the overlay of state changes and what it has consumed.
+struct Transaction {
+    started: Instant,
+    records: u32,
+    /// Where the input resumes after this transaction; `None` when it consumed no input.
+    next_input_offset: Option<i64>,
+    changes: ChangeSet,
+    pending: Vec<DeliveryFuture>,
+}
+
+impl Transaction {
+    fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            records: 0,
+            next_input_offset: None,
+            changes: ChangeSet::new(),
+            pending: Vec::new(),
+        }
+    }
+}
