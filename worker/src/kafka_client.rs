@@ -6,6 +6,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 use streamkeeper_contract::worker_config::KafkaConfig;
 
 /// The producer's `message.max.bytes`: the largest record the worker ever sends. The active
@@ -159,19 +160,31 @@ pub enum SharedAdminError {
     Kafka(#[from] rdkafka::error::KafkaError),
 }
 
-/// A client closed on a thread of its own when dropped: closing a consumer waits for its broker
-/// threads (about 100 ms), which a promotion's hot path should not.
-pub struct ClosedAside<T: Send + 'static>(Option<T>);
+/// How long a consumer closed aside may poll for its latest assignment to deliver something.
+const SETTLE_BEFORE_CLOSE: Duration = Duration::from_secs(2);
 
-impl<T: Send + 'static> ClosedAside<T> {
-    pub fn new(client: T) -> Self {
-        Self(Some(client))
+/// A consumer closed on a thread of its own when dropped: closing waits for its broker threads
+/// (about 100 ms), which a promotion's hot path should not.
+///
+/// Before closing, it polls until its latest assignment has delivered something (a record, an
+/// end of partition, an error), for at most 2 s. librdkafka 2.12.1 aborts
+/// the process (`rd_kafka_assignment_partition_stopped: Assertion rktp->rktp_started failed`)
+/// when a consumer is unassigned, as closing does, while the stop of an assignment it replaced
+/// is still in flight: the stop is sent twice (librdkafka issue 5573, fixed after 2.15.0). A
+/// restore re-assigns its consumer (the probe, then the replay), and a stop request can end it
+/// right after. A new assignment starts only once the old one's stop is done, so anything it
+/// delivers proves there is no stop left in flight.
+pub struct ClosedAside(Option<rdkafka::consumer::BaseConsumer>);
+
+impl ClosedAside {
+    pub fn new(consumer: rdkafka::consumer::BaseConsumer) -> Self {
+        Self(Some(consumer))
     }
 }
 
-impl<T: Send + 'static> std::ops::Deref for ClosedAside<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
+impl std::ops::Deref for ClosedAside {
+    type Target = rdkafka::consumer::BaseConsumer;
+    fn deref(&self) -> &Self::Target {
         // Set in `new`, taken only in `drop`.
         self.0
             .as_ref()
@@ -179,12 +192,24 @@ impl<T: Send + 'static> std::ops::Deref for ClosedAside<T> {
     }
 }
 
-impl<T: Send + 'static> Drop for ClosedAside<T> {
+/// Polls `consumer` until its latest assignment delivers something, for at most
+/// 2 s, then closes it (see [`ClosedAside`], which does this aside).
+pub fn close_settled(consumer: rdkafka::consumer::BaseConsumer) {
+    let deadline = std::time::Instant::now() + SETTLE_BEFORE_CLOSE;
+    while std::time::Instant::now() < deadline {
+        if consumer.poll(Duration::from_millis(50)).is_some() {
+            break;
+        }
+    }
+    drop(consumer);
+}
+
+impl Drop for ClosedAside {
     fn drop(&mut self) {
-        if let Some(client) = self.0.take() {
+        if let Some(consumer) = self.0.take() {
             let closing = std::thread::Builder::new()
                 .name("kafka-close".into())
-                .spawn(move || drop(client));
+                .spawn(move || close_settled(consumer));
             if let Err(error) = closing {
                 tracing::warn!(%error, "cannot close a Kafka client aside; it closes when the thread ends");
             }
