@@ -352,14 +352,12 @@ async fn apply_desired(
     desired: &DesiredResources,
     observation: &mut Observation,
 ) -> Result<StatefulSet, Halt> {
-    let marker = owner_marker::ours(ctx, validated);
     let outcome = apply::apply(
         &ctx.client,
         kafka,
         (&validated.namespace, &validated.name),
         desired,
         &ctx.verified,
-        (&validated.owner, &marker),
     )
     .await;
     match outcome {

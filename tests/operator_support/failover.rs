@@ -58,12 +58,14 @@ pub struct System {
     pub output: String,
     /// The nodes the job runs on, each with its node agent.
     pub nodes: Vec<String>,
-    pub dir: tempfile::TempDir,
     node_agents: Vec<Process>,
     operator: Option<Process>,
     /// A second operator waiting for the Lease, once started.
     spare: Option<Process>,
     operators_started: u32,
+    /// Last: fields drop in order, and the processes print their logs' tails from here when a
+    /// test fails.
+    pub dir: tempfile::TempDir,
 }
 
 impl System {

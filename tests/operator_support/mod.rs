@@ -9,7 +9,6 @@ pub mod support;
 pub mod cards;
 pub mod checkpoints;
 pub mod failover;
-pub mod owner_records;
 pub mod process;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};

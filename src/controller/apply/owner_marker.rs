@@ -1,21 +1,18 @@
-//! The owner markers of the job's S3 prefix and of its changelog, as the apply and the deletion
-//! carry out the rules of [`streamkeeper_contract::owner_marker`]: claimed before any worker is
-//! applied (so before any worker writes a checkpoint or a changelog record), and the prefix's
-//! checked before its objects are deleted. A claim made or found is remembered with the job's
-//! other verified objects ([`Context::verified`]), so later reconciles of the job read no marker.
+//! The owner marker of the job's S3 prefix, as the apply and the deletion carry out the rules of
+//! [`streamkeeper_contract::owner_marker`]: claimed before anything is applied (so before any worker
+//! writes a checkpoint there), and checked before the prefix's objects are deleted. A claim
+//! made or found is remembered with the job's other verified objects ([`Context::verified`]),
+//! so later reconciles of the job read no marker.
 
 use crate::adapters::checkpoints::CheckpointReader;
-use crate::adapters::kafka_admin::{KafkaAdmin, KafkaAdminError};
 use crate::controller::read_facts::checkpoint_reader;
 use crate::controller::{Context, ReconcileError, ValidatedJob};
-use crate::k8s::ownership::{ForeignObject, Verified};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use streamkeeper_contract::owner_marker::{self as prefix, ChangelogClaim, PrefixClaim};
+use crate::k8s::ownership::ForeignObject;
+use streamkeeper_contract::owner_marker::{self as prefix, PrefixClaim};
 use streamkeeper_contract::{JobPrefix, OwnerMarker, Versioned};
 
-/// The kinds the claims are remembered under among the job's verified objects.
+/// The kind the claim is remembered under among the job's verified objects.
 const MARKER_KIND: &str = "S3 owner marker";
-const CHANGELOG_KIND: &str = "changelog owner record";
 
 /// This job's marker, as this operator writes it.
 pub fn ours(ctx: &Context, job: &ValidatedJob) -> OwnerMarker {
@@ -77,47 +74,4 @@ pub async fn delete_under_marker(
     let objects = reader.delete_all().await?;
     reader.delete_owner_marker().await?;
     Ok(Ok(objects + 1))
-}
-
-/// Claims the job's changelog `topic`: writes this job's owner record into an empty partition 0
-/// and reads back which record came first (two clusters creating one changelog at once decide
-/// alike); `Ok(Err)` names the holder when another cluster's or job's record is first. A
-/// changelog with records but no owner record (older than owner records) is used as it is.
-pub async fn claim_changelog(
-    kafka: &KafkaAdmin,
-    topic: &str,
-    (owner, ours): (&OwnerReference, &OwnerMarker),
-    verified: &Verified,
-) -> Result<Result<(), ForeignObject>, KafkaAdminError> {
-    if verified.contains(owner, CHANGELOG_KIND, topic) {
-        return Ok(Ok(()));
-    }
-    let head = kafka.changelog_head(topic).await?;
-    let held_by = match prefix::changelog_claim(head.first_owner.as_ref(), head.empty, ours) {
-        Ok(ChangelogClaim::Held) => None,
-        Ok(ChangelogClaim::Unclaimed) => {
-            tracing::info!(namespace = %ours.namespace, job = %ours.name, %topic, "the changelog holds records but no owner record (created before owner records, or by hand): used as it is");
-            None
-        }
-        Ok(ChangelogClaim::Write) => {
-            kafka.write_changelog_owner(topic, ours).await?;
-            let head = kafka.changelog_head(topic).await?;
-            let first = prefix::changelog_claim(head.first_owner.as_ref(), head.empty, ours);
-            if first.is_ok() {
-                tracing::info!(namespace = %ours.namespace, job = %ours.name, %topic, "claimed the job's changelog (owner record written)");
-            }
-            first.err()
-        }
-        Err(held_by) => Some(held_by),
-    };
-    if let Some(held_by) = held_by {
-        return Ok(Err(ForeignObject {
-            kind: CHANGELOG_KIND.into(),
-            namespace: kafka.bootstrap().to_string(),
-            name: topic.to_string(),
-            held_by,
-        }));
-    }
-    verified.insert(owner, CHANGELOG_KIND, topic);
-    Ok(Ok(()))
 }
