@@ -1,7 +1,8 @@
 //! What the operator refuses, against the real kube-apiserver and Kafka: a changelog that is not
 //! compacted or has the wrong partition count, a changelog another job writes, a checkpoint interval that does not fit the input's
-//! retention (with the numbers), an S3 prefix another cluster's job holds, and an unreachable
-//! broker (a condition and an error, not a crash). Nothing starts while a refusal stands.
+//! retention (with the numbers), an S3 prefix or a changelog another cluster's job holds, and an
+//! unreachable broker (a condition and an error, not a crash). Nothing starts while a refusal
+//! stands.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod operator_support;
@@ -244,6 +245,12 @@ async fn a_prefix_another_clusters_job_holds_is_refused_until_its_marker_is_gone
         sets.get_opt(name).await.unwrap().is_none(),
         "nothing starts"
     );
+    let refused = s.jobs.get(name).await.unwrap().status.unwrap();
+    assert_eq!(
+        refused.owner_records.and_then(|records| records.changelog),
+        None,
+        "a refused changelog is not recorded as held"
+    );
 
     // The other cluster's job is gone for good and its marker deleted: this job claims the prefix.
     s3_client()
@@ -260,6 +267,73 @@ async fn a_prefix_another_clusters_job_holds_is_refused_until_its_marker_is_gone
     assert_eq!(
         Some(marker.uid),
         s.jobs.get(name).await.unwrap().metadata.uid
+    );
+
+    delete_namespace(&s.client, &s.namespace).await;
+}
+
+#[tokio::test]
+async fn a_changelog_another_clusters_job_claimed_is_refused_and_a_new_one_is_claimed() {
+    let s = setup("op-owner", &[]).await;
+    let ctx = context(&s.client);
+    let sets: Api<StatefulSet> = Api::namespaced(s.client.clone(), &s.namespace);
+
+    // A new changelog: the job's owner record is its first record.
+    let first = "claims";
+    s.jobs
+        .create(&PostParams::default(), &job(first, &s.input, &s.prefix))
+        .await
+        .unwrap();
+    reconcile_once(&ctx, &s.jobs, first).await.unwrap();
+    let changelog = format!("{}.{first}.changelog", s.namespace);
+    let (key, marker) = owner_records::first_record_as_owner(&changelog);
+    assert!(
+        streamkeeper_contract::owner_marker::is_changelog_owner_key(&key),
+        "{key:?}"
+    );
+    assert_eq!(marker.cluster_id.as_deref(), Some(TEST_CLUSTER_ID));
+    assert_eq!(
+        (marker.namespace.as_str(), marker.name.as_str()),
+        (s.namespace.as_str(), first)
+    );
+    let claimed = s.jobs.get(first).await.unwrap();
+    assert_eq!(Some(marker.uid), claimed.metadata.uid);
+    // The status records both claims, so a new leader reads neither record again.
+    let recorded = claimed.status.unwrap().owner_records.unwrap();
+    assert_eq!(recorded.changelog.as_deref(), Some(changelog.as_str()));
+    assert!(
+        recorded
+            .checkpoint_marker
+            .is_some_and(|key| key.ends_with(&format!("{first}/streamkeeper-job.json"))),
+        "the S3 owner marker's key is recorded"
+    );
+
+    // The same namespace and job name in another cluster sharing this Kafka (not the bucket)
+    // created and claimed the changelog first.
+    let name = "counts";
+    let theirs = format!("{}.{name}.changelog", s.namespace);
+    create_topic(&theirs, 3, &[("cleanup.policy", "compact")]).await;
+    owner_records::write_foreign_owner_record(&theirs, &s.namespace, name, "another-cluster");
+    s.jobs
+        .create(&PostParams::default(), &job(name, &s.input, &s.prefix))
+        .await
+        .unwrap();
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    let ready = condition(&s.jobs.get(name).await.unwrap(), "Ready").clone();
+    assert_eq!(ready.status, "False");
+    assert_eq!(ready.reason, "ForeignObject");
+    for part in ["changelog owner record", theirs.as_str(), "another-cluster"] {
+        assert!(ready.message.contains(part), "{part}: {}", ready.message);
+    }
+    assert!(
+        sets.get_opt(name).await.unwrap().is_none(),
+        "nothing starts"
+    );
+    let refused = s.jobs.get(name).await.unwrap().status.unwrap();
+    assert_eq!(
+        refused.owner_records.and_then(|records| records.changelog),
+        None,
+        "a refused changelog is not recorded as held"
     );
 
     delete_namespace(&s.client, &s.namespace).await;

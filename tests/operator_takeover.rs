@@ -29,6 +29,16 @@ async fn a_leader_that_dies_mid_failover_leaves_the_next_leader_to_finish_it() {
         (system.lease_holder().await? == armed).then_some(())
     })
     .await;
+    // A kill before its first reconcile has started the job's loop would be judged by no one:
+    // the pod's restart resumes the recorded document instead of a standby taking over.
+    wait_until("the armed operator's failover loop runs", async || {
+        let metrics = system.operator_metrics().await?;
+        metrics
+            .lines()
+            .any(|line| line == "streamkeeper_operator_failover_loops 1")
+            .then_some(())
+    })
+    .await;
     // It went on from the stored document without moving anything.
     assert_eq!(system.document().await.unwrap(), before);
     system.start_spare_operator();

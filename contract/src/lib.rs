@@ -16,7 +16,7 @@
 //!    - [`worker_http`]: the worker's HTTP paths, its error document and the token rule of its
 //!      mutating requests;
 //!    - [`manifest`] and [`checkpoint_layout`]: a checkpoint in S3, and where its objects live;
-//!    - [`owner_marker`]: which cluster's job a prefix in S3 belongs to;
+//!    - [`owner_marker`]: which cluster's job a prefix in S3 or a changelog belongs to;
 //!    - [`restore_request`]: what a restore from a chosen checkpoint asks of a worker.
 //! 3. The pure rules both sides apply:
 //!    - [`rules`]: the validation of a job's settings (the operator checks a spec with it, the

@@ -10,6 +10,12 @@
 //! name, and its id when the operator may read it: the `kube-system` namespace's uid) and the
 //! job (namespace, name, uid), so another cluster's claim is refused and a deletion happens only
 //! under a marker that names the job being deleted.
+//!
+//! The changelog carries the same marker as an owner record: partition 0's first record, written
+//! by the operator when the topic is new and read before anything is applied, so two clusters
+//! sharing one Kafka (but not one bucket) cannot both write one changelog either. Its key lies in
+//! the store's reserved range (it starts with 0x00): the worker never takes it into the state, a
+//! rewrite of the changelog never deletes it, and compaction keeps one per writer.
 
 use crate::{FormatError, Versioned};
 use serde::{Deserialize, Serialize};
@@ -92,14 +98,7 @@ pub fn prefix_claim(
         Some(Err(error)) => return Err(format!("an owner marker that does not parse: {error}")),
         Some(Ok(marker)) => marker,
     };
-    let other_cluster_id = matches!(
-        (&marker.cluster_id, &ours.cluster_id),
-        (Some(theirs), Some(ours)) if theirs != ours
-    );
-    if (&marker.namespace, &marker.name) != (&ours.namespace, &ours.name)
-        || marker.cluster != ours.cluster
-        || other_cluster_id
-    {
+    if !same_job_of_same_cluster(marker, ours) {
         return Err(holder(marker));
     }
     Ok(if marker == ours {
@@ -120,6 +119,72 @@ pub fn may_delete_under(
         Some(Err(error)) => Err(format!("an owner marker that does not parse: {error}")),
         None => Err("no owner marker: nothing says this job wrote there".into()),
     }
+}
+
+/// The key of every owner record in a changelog starts with this.
+pub const CHANGELOG_OWNER_KEY_PREFIX: &[u8] = b"\x00streamkeeper.owner/";
+
+/// How many records from the start of changelog partition 0 the operator reads for the owner
+/// record: it is written first, so only a race between two writers puts another record before it.
+pub const CHANGELOG_OWNER_SEARCH_RECORDS: usize = 64;
+
+/// The key of `marker`'s owner record: one per writing cluster and job, so compaction never
+/// drops the first writer's record for a later one's.
+pub fn changelog_owner_key(marker: &OwnerMarker) -> Vec<u8> {
+    let cluster = marker
+        .cluster_id
+        .as_deref()
+        .or(marker.cluster.as_deref())
+        .unwrap_or("-");
+    let mut key = CHANGELOG_OWNER_KEY_PREFIX.to_vec();
+    key.extend_from_slice(format!("{cluster}/{}/{}", marker.namespace, marker.name).as_bytes());
+    key
+}
+
+/// True for the key of a changelog owner record, which is never state.
+pub fn is_changelog_owner_key(key: &[u8]) -> bool {
+    key.starts_with(CHANGELOG_OWNER_KEY_PREFIX)
+}
+
+/// What the reconcile does with an existing changelog's owner record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangelogClaim {
+    /// The first owner record names this cluster's job of this namespace and name (its uid
+    /// aside: a job re-created under the same name keeps its changelog, as `Retain` promises).
+    Held,
+    /// Partition 0 is empty: write this job's owner record, then read again which came first.
+    Write,
+    /// Records but no owner record: a changelog from before owner records, or created by hand.
+    /// Used as it is; nothing is written into it.
+    Unclaimed,
+}
+
+/// `first_owner`: the first owner record among the first records of partition 0 (`Some(Err)`:
+/// one that does not parse); `partition_empty`: partition 0 holds no record. `Err` says who
+/// holds the changelog, in words.
+pub fn changelog_claim(
+    first_owner: Option<&Result<OwnerMarker, String>>,
+    partition_empty: bool,
+    ours: &OwnerMarker,
+) -> Result<ChangelogClaim, String> {
+    match first_owner {
+        None if partition_empty => Ok(ChangelogClaim::Write),
+        None => Ok(ChangelogClaim::Unclaimed),
+        Some(Err(error)) => Err(format!("an owner record that does not parse: {error}")),
+        Some(Ok(marker)) if same_job_of_same_cluster(marker, ours) => Ok(ChangelogClaim::Held),
+        Some(Ok(marker)) => Err(holder(marker)),
+    }
+}
+
+/// Same namespace and name, same cluster name, and no two different cluster ids.
+fn same_job_of_same_cluster(marker: &OwnerMarker, ours: &OwnerMarker) -> bool {
+    let other_cluster_id = matches!(
+        (&marker.cluster_id, &ours.cluster_id),
+        (Some(theirs), Some(ours)) if theirs != ours
+    );
+    (&marker.namespace, &marker.name) == (&ours.namespace, &ours.name)
+        && marker.cluster == ours.cluster
+        && !other_cluster_id
 }
 
 fn holder(marker: &OwnerMarker) -> String {
@@ -214,6 +279,53 @@ mod tests {
         assert!(prefix_claim(Some(&Ok(other_job)), &ours).is_err());
         let unreadable = Err("k: not JSON".to_string());
         assert!(prefix_claim(Some(&unreadable), &ours).is_err());
+    }
+
+    #[test]
+    fn a_changelog_is_claimed_when_empty_kept_by_its_job_or_refused() {
+        let ours = marker(Some("here"), "card-count", "uid-2");
+        assert_eq!(
+            changelog_claim(None, true, &ours),
+            Ok(ChangelogClaim::Write)
+        );
+        assert_eq!(
+            changelog_claim(None, false, &ours),
+            Ok(ChangelogClaim::Unclaimed)
+        );
+        assert_eq!(
+            changelog_claim(Some(&Ok(ours.clone())), false, &ours),
+            Ok(ChangelogClaim::Held)
+        );
+        // A job re-created under the same name keeps the changelog its predecessor claimed.
+        let predecessor = marker(Some("here"), "card-count", "uid-1");
+        assert_eq!(
+            changelog_claim(Some(&Ok(predecessor)), false, &ours),
+            Ok(ChangelogClaim::Held)
+        );
+        let elsewhere = marker(Some("there"), "card-count", "uid-9");
+        let held = changelog_claim(Some(&Ok(elsewhere)), false, &ours).unwrap_err();
+        assert!(held.contains("kube-system uid is there"), "{held}");
+        let other_job = marker(Some("here"), "other", "uid-3");
+        assert!(changelog_claim(Some(&Ok(other_job)), false, &ours).is_err());
+        let unreadable = Err("not JSON".to_string());
+        assert!(changelog_claim(Some(&unreadable), false, &ours).is_err());
+    }
+
+    #[test]
+    fn owner_record_keys_are_reserved_and_one_per_writer() {
+        let ours = marker(Some("here"), "card-count", "uid-2");
+        let key = changelog_owner_key(&ours);
+        assert_eq!(key, b"\x00streamkeeper.owner/here/payments/card-count");
+        assert!(is_changelog_owner_key(&key));
+        assert!(key.as_slice() < b"\x01".as_slice(), "below every state key");
+        let elsewhere = marker(Some("there"), "card-count", "uid-2");
+        assert_ne!(changelog_owner_key(&elsewhere), key);
+        assert!(!is_changelog_owner_key(b"ccard-1"));
+        let unnamed = marker(None, "card-count", "uid-2");
+        assert_eq!(
+            changelog_owner_key(&unnamed),
+            b"\x00streamkeeper.owner/-/payments/card-count"
+        );
     }
 
     #[test]

@@ -200,6 +200,9 @@ impl KafkaAdmins {
 #[derive(Clone)]
 pub struct KafkaAdmin {
     bootstrap: String,
+    /// The bootstrap servers and security settings, for the short-lived clients of
+    /// [`super::changelog_owner`].
+    config: ClientConfig,
     client: Arc<AdminClient<DefaultClientContext>>,
     /// Metadata and offsets go through a plain consumer: unlike the admin client, whose main
     /// queue nobody reads, it hands over the errors librdkafka reports outside any request
@@ -275,6 +278,7 @@ impl KafkaAdmin {
         })?;
         Ok(Self {
             bootstrap: bootstrap.to_string(),
+            config,
             client: Arc::new(client),
             metadata: Arc::new(metadata),
             leadership: Leadership::unconditional(),
@@ -285,7 +289,23 @@ impl KafkaAdmin {
         &self.bootstrap
     }
 
-    fn may_write(&self, operation: &'static str, topic: &str) -> Result<(), KafkaAdminError> {
+    /// The settings every client of this cluster starts from.
+    pub(super) fn client_config(&self) -> ClientConfig {
+        self.config.clone()
+    }
+
+    pub(super) fn client_error(&self, source: RdKafkaError) -> KafkaAdminError {
+        KafkaAdminError::Client {
+            bootstrap: self.bootstrap.clone(),
+            source: Box::new(source),
+        }
+    }
+
+    pub(super) fn may_write(
+        &self,
+        operation: &'static str,
+        topic: &str,
+    ) -> Result<(), KafkaAdminError> {
         self.leadership
             .check()
             .map_err(|source| KafkaAdminError::NotLeading {
@@ -320,7 +340,7 @@ impl KafkaAdmin {
         (!errors.is_empty()).then(|| errors.join("; "))
     }
 
-    fn unavailable(
+    pub(super) fn unavailable(
         &self,
         operation: &'static str,
         topic: &str,

@@ -4,12 +4,14 @@
 //!
 //! - [`kafka_admin`]: topics (the changelog, the dead-letter topic), their configs and the
 //!   input's offsets, through one cached admin client per cluster; [`kafka_security`] turns a
-//!   job's TLS and SASL settings into client settings.
+//!   job's TLS and SASL settings into client settings; [`changelog_owner`] reads and writes the
+//!   owner record at the start of a job's changelog.
 //! - [`checkpoints`]: the checkpoint manifests in S3, read as the workers wrote them, and the
 //!   deletion of a job's objects.
 //! - [`worker_client`]: the workers' HTTP API: task reports, assignment documents, checkpoint
 //!   requests.
 
+pub mod changelog_owner;
 pub mod checkpoints;
 pub mod kafka_admin;
 pub mod kafka_security;

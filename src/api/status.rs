@@ -49,6 +49,25 @@ pub struct StatefulStreamJobStatus {
     /// names): a topic that existed before, such as a shared dead-letter topic, is kept.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub created_topics: BTreeMap<String, CreatedTopic>,
+
+    /// The owner records this job holds, as the operator wrote or found them. A new operator
+    /// leader reads a record again only when the job's changelog or S3 prefix is another one, so
+    /// a takeover starts the job's failover loop without a read of Kafka or S3 for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_records: Option<OwnerRecords>,
+}
+
+/// The owner records a job holds (see `status.ownerRecords`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerRecords {
+    /// The changelog whose owner record names this job; or one with records but no owner
+    /// record (older than owner records), which the job uses as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changelog: Option<String>,
+    /// The key of the S3 owner marker that names this job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_marker: Option<String>,
 }
 
 /// A topic the operator created for the job.

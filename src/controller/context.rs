@@ -63,6 +63,7 @@ impl Context {
         metrics: Arc<Metrics>,
         settings: Settings,
     ) -> Self {
+        let failovers = Failovers::counted_by(metrics.failover_loops());
         Self {
             recorder: Recorder::new(client.clone(), reporter.clone()),
             reporter,
@@ -72,7 +73,7 @@ impl Context {
             settings,
             leadership: Leadership::unconditional(),
             failures: Mutex::new(HashMap::new()),
-            failovers: Failovers::default(),
+            failovers,
             verified: Default::default(),
             jobs: std::sync::OnceLock::new(),
         }

@@ -9,7 +9,9 @@
 
 use crate::adapters::kafka_admin::KafkaAdmin;
 use crate::api::{DeletionPolicy, StatefulStreamJob};
-use crate::controller::apply::{self, ApiError, ApplyError, ApplyOutcome, REFUSED_RECHECK};
+use crate::controller::apply::{
+    self, ApiError, ApplyError, ApplyOutcome, ChangelogClaimant, REFUSED_RECHECK,
+};
 use crate::controller::apply::{cleanup, operations, owner_marker};
 use crate::controller::cadence::{ROLLING_RECHECK, spread};
 use crate::controller::judge::next_status::Observation;
@@ -196,7 +198,8 @@ async fn run_pipeline(
         },
     );
     // One S3 prefix per job, across clusters: claimed before any worker writes there.
-    owner_marker::claim(ctx, &validated)
+    let recorded = owner_marker::recorded(job);
+    owner_marker::claim(ctx, &validated, &recorded)
         .await
         .map_err(|error| Halt::Unreachable(error, &[types::READY, types::CHECKPOINT_STALE]))?
         .map_err(Halt::Foreign)?;
@@ -206,7 +209,18 @@ async fn run_pipeline(
     } else {
         None
     };
-    let stateful_set = apply_desired(ctx, &kafka.admin, &validated, &desired, observation).await?;
+    let claimant = ChangelogClaimant {
+        owner: &validated.owner,
+        marker: &owner_marker::ours(ctx, &validated),
+        recorded: recorded.changelog.as_deref(),
+    };
+    let stateful_set = apply_desired(
+        ctx,
+        (&kafka.admin, &validated, &desired),
+        &claimant,
+        observation,
+    )
+    .await?;
     // Assign: the job's failover loop decides and sends the assignment between reconciles.
     ctx.failovers.ensure(
         &ctx.failover_deps(),
@@ -347,9 +361,8 @@ fn failover_job(validated: &ValidatedJob, partitions: i32) -> FailoverJob {
 /// Applies the desired objects and topics; the StatefulSet as the apiserver has it after.
 async fn apply_desired(
     ctx: &Context,
-    kafka: &KafkaAdmin,
-    validated: &ValidatedJob,
-    desired: &DesiredResources,
+    (kafka, validated, desired): (&KafkaAdmin, &ValidatedJob, &DesiredResources),
+    claimant: &ChangelogClaimant<'_>,
     observation: &mut Observation,
 ) -> Result<StatefulSet, Halt> {
     let outcome = apply::apply(
@@ -358,6 +371,7 @@ async fn apply_desired(
         (&validated.namespace, &validated.name),
         desired,
         &ctx.verified,
+        claimant,
     )
     .await;
     match outcome {

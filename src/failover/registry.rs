@@ -10,6 +10,7 @@ use super::poll::run;
 use super::scale_down;
 use super::shared::{DrainTarget, LastMoves, Shared, locked};
 use super::status_requests::StatusRefresh;
+use prometheus_client::metrics::gauge::Gauge;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
@@ -21,6 +22,8 @@ pub struct Failovers {
     loops: Mutex<HashMap<String, Running>>,
     /// The loops' requests to write a job's status now.
     pub refresh: StatusRefresh,
+    /// How many loops run (`streamkeeper_operator_failover_loops`).
+    running: Gauge,
 }
 
 /// One job's loop as the registry holds it.
@@ -41,6 +44,20 @@ pub enum ScaleDown {
 }
 
 impl Failovers {
+    /// No loop yet; `running` counts the loops as they start and stop.
+    pub fn counted_by(running: Gauge) -> Self {
+        Self {
+            running,
+            ..Self::default()
+        }
+    }
+
+    /// Sets the gauge to the loops that still run.
+    fn count(&self, loops: &HashMap<String, Running>) {
+        let running = loops.values().filter(|one| !one.job.is_closed()).count();
+        self.running.set(i64::try_from(running).unwrap_or(i64::MAX));
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Running>> {
         locked(&self.loops)
     }
@@ -76,11 +93,14 @@ impl Failovers {
                 shared,
             },
         );
+        self.count(&loops);
     }
 
     /// Stops the job's loop (the job is being deleted).
     pub fn stop(&self, namespace: &str, name: &str) {
-        self.lock().remove(&format!("{namespace}/{name}"));
+        let mut loops = self.lock();
+        loops.remove(&format!("{namespace}/{name}"));
+        self.count(&loops);
     }
 
     /// Moves every task of the pod to other pods' copies, and gives it none, until it is gone.

@@ -38,6 +38,7 @@ pub struct Metrics {
     errors: Family<CategoryLabels, Counter>,
     duration: Histogram,
     leader: Gauge,
+    failover_loops: Gauge,
     promotions: Counter,
     handoffs: Counter,
     detection: Histogram,
@@ -90,6 +91,12 @@ impl Metrics {
             "1 while this process holds the leader Lease",
             leader.clone(),
         );
+        let failover_loops = Gauge::default();
+        r.register(
+            "failover_loops",
+            "Jobs whose failover loop runs in this process (every job once it leads; 0 while it waits)",
+            failover_loops.clone(),
+        );
         let promotions = Counter::default();
         r.register(
             "promotions",
@@ -139,6 +146,7 @@ impl Metrics {
             errors,
             duration,
             leader,
+            failover_loops,
             promotions,
             handoffs,
             detection,
@@ -186,6 +194,11 @@ impl Metrics {
 
     pub fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
+    }
+
+    /// The gauge of running failover loops, which the loops' registry keeps.
+    pub fn failover_loops(&self) -> Gauge {
+        self.failover_loops.clone()
     }
 
     /// Every registered family's full name and type, sampled or not.

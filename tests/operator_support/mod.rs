@@ -9,6 +9,7 @@ pub mod support;
 pub mod cards;
 pub mod checkpoints;
 pub mod failover;
+pub mod owner_records;
 pub mod process;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};

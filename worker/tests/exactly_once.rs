@@ -1,6 +1,7 @@
 //! The worker's exactly-once guarantees against the real Kafka broker: crashes at swept points,
 //! graceful restarts, corrupt local state and bad input all end in the same state and the same
-//! committed output as an uninterrupted run.
+//! committed output as an uninterrupted run, and the operator's owner record in the changelog
+//! never becomes state.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod support;
@@ -362,4 +363,53 @@ async fn a_state_built_by_another_processor_stops_the_task_with_both_named() {
         );
         assert_eq!(job.committed_offsets(), committed, "nothing was consumed");
     }
+}
+
+/// The operator writes an owner record first into changelog partition 0
+/// (`streamkeeper_contract::owner_marker`). A restore passes over it: a run that replayed it,
+/// and task 0 rebuilt from that changelog alone, hold the state of a changelog without it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_changelogs_owner_record_is_never_state() {
+    use rdkafka::producer::{BaseRecord, Producer};
+    use streamkeeper_contract::{OwnerMarker, Versioned, owner_marker};
+
+    let input = input_topic(2_000).await;
+    let job = Job::new("owner-record", &input, PARTITIONS, count_processor()).await;
+    let marker = OwnerMarker {
+        version: OwnerMarker::VERSION,
+        cluster: None,
+        cluster_id: Some("this-cluster".into()),
+        namespace: "payments".into(),
+        name: "owner-record".into(),
+        uid: "uid-1".into(),
+    };
+    let key = owner_marker::changelog_owner_key(&marker);
+    let value = marker.to_json();
+    let records = producer();
+    records
+        .send(
+            BaseRecord::to(&job.config.kafka.changelog_topic)
+                .partition(0)
+                .key(key.as_slice())
+                .payload(value.as_slice()),
+        )
+        .map_err(|(error, _)| error)
+        .unwrap();
+    records.flush(Duration::from_secs(30)).unwrap();
+    run_to_completion(&job);
+    let reference = Job::new("owner-record-ref", &input, PARTITIONS, count_processor()).await;
+    run_to_completion(&reference);
+    assert!(job.local_state() == reference.local_state(), "after a run");
+
+    // Task 0 on an empty volume: rebuilt from its changelog, owner record first.
+    std::fs::remove_dir_all(job.config.state.dir.join("task-0")).unwrap();
+    let mut worker = job.start(None);
+    wait_for("task 0 restored", Duration::from_secs(120), || {
+        restored_tasks(&worker.log()).contains(&0)
+    });
+    worker.terminate(Duration::from_secs(30));
+    assert!(
+        job.local_state() == reference.local_state(),
+        "after a rebuild from the changelog"
+    );
 }

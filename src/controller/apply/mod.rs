@@ -3,7 +3,8 @@
 //!
 //! Kubernetes objects go through server-side apply with one field manager, forced, so a no-op
 //! reconcile sends the same intent and the apiserver stores nothing. Topics go first: an existing
-//! changelog that breaks a rule stops the apply before any pod could start writing to it. Each
+//! changelog that breaks a rule, or whose owner record names another job, stops the apply
+//! before any pod could start writing to it. Each
 //! topic the operator creates is recorded in the job's status at once (Kafka topics carry no
 //! labels), so that `deletionPolicy: Delete` deletes what this job created and nothing else.
 
@@ -28,6 +29,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, Resource};
+pub use owner_marker::ChangelogClaimant;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
@@ -48,13 +50,16 @@ pub enum ApplyOutcome {
 }
 
 /// Applies `desired` for the job `job` in `namespace`. Objects that exist and are not the job's
-/// are refused, never taken over ([`ownership`]); `verified` remembers the ones that are.
+/// are refused, never taken over ([`ownership`]), and so is a changelog whose owner record
+/// names another job (`changelog_claimant`: the job as it claims its changelog); `verified`
+/// remembers the ones that are the job's.
 pub async fn apply(
     client: &Client,
     kafka: &KafkaAdmin,
     (namespace, job): (&str, &str),
     desired: &DesiredResources,
     verified: &Verified,
+    changelog_claimant: &ChangelogClaimant<'_>,
 ) -> Result<ApplyOutcome, ApplyError> {
     let DesiredResources {
         config_map,
@@ -72,6 +77,14 @@ pub async fn apply(
         Ok(delete_retention_ms) => delete_retention_ms,
         Err(violation) => return Ok(ApplyOutcome::ChangelogRefused(violation)),
     };
+    // One changelog per job, across clusters: claimed before any worker can write to it.
+    owner_marker::claim_changelog(
+        (client, kafka),
+        &topics.changelog.name,
+        changelog_claimant,
+        verified,
+    )
+    .await??;
     // Before the StatefulSet: its pods mount the Secret and cannot start without it. The token is
     // read back here only to prove it usable; the suspend step reads it when it needs it.
     worker_token::ensure(client, namespace, worker_token)

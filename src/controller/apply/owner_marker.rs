@@ -1,18 +1,29 @@
-//! The owner marker of the job's S3 prefix, as the apply and the deletion carry out the rules of
-//! [`streamkeeper_contract::owner_marker`]: claimed before anything is applied (so before any worker
-//! writes a checkpoint there), and checked before the prefix's objects are deleted. A claim
-//! made or found is remembered with the job's other verified objects ([`Context::verified`]),
-//! so later reconciles of the job read no marker.
+//! The owner markers of the job's S3 prefix and of its changelog, as the apply and the deletion
+//! carry out the rules of [`streamkeeper_contract::owner_marker`]: claimed before any worker is
+//! applied (so before any worker writes a checkpoint or a changelog record), and the prefix's
+//! checked before its objects are deleted. A claim made or found is remembered with the job's
+//! other verified objects ([`Context::verified`]), so later reconciles of the job read no marker,
+//! and in the job's `status.ownerRecords`, so a new operator leader reads none either: its first
+//! reconcile of a running job reaches the failover loop without a Kafka read of the changelog.
 
 use crate::adapters::checkpoints::CheckpointReader;
+use crate::adapters::kafka_admin::{KafkaAdmin, KafkaAdminError};
+use crate::api::StatefulStreamJob;
+use crate::api::status::OwnerRecords;
+use crate::controller::apply::ApplyError;
 use crate::controller::read_facts::checkpoint_reader;
 use crate::controller::{Context, ReconcileError, ValidatedJob};
-use crate::k8s::ownership::ForeignObject;
-use streamkeeper_contract::owner_marker::{self as prefix, PrefixClaim};
+use crate::k8s::apply::ApiError;
+use crate::k8s::ownership::{ForeignObject, Verified};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use streamkeeper_contract::owner_marker::{self as prefix, ChangelogClaim, PrefixClaim};
 use streamkeeper_contract::{JobPrefix, OwnerMarker, Versioned};
 
-/// The kind the claim is remembered under among the job's verified objects.
+/// The kinds the claims are remembered under among the job's verified objects.
 const MARKER_KIND: &str = "S3 owner marker";
+const CHANGELOG_KIND: &str = "changelog owner record";
 
 /// This job's marker, as this operator writes it.
 pub fn ours(ctx: &Context, job: &ValidatedJob) -> OwnerMarker {
@@ -26,14 +37,28 @@ pub fn ours(ctx: &Context, job: &ValidatedJob) -> OwnerMarker {
     }
 }
 
+/// The owner records the job's status says it holds.
+pub fn recorded(job: &StatefulStreamJob) -> OwnerRecords {
+    job.status
+        .as_ref()
+        .and_then(|status| status.owner_records.clone())
+        .unwrap_or_default()
+}
+
 /// Claims the job's prefix: writes its marker when there is none (or its predecessor's), and
-/// `Ok(Err)` naming the holder when another cluster's or job's marker is there.
+/// `Ok(Err)` naming the holder when another cluster's or job's marker is there. `recorded`: the
+/// owner records the job's status names.
 pub async fn claim(
     ctx: &Context,
     job: &ValidatedJob,
+    recorded: &OwnerRecords,
 ) -> Result<Result<(), ForeignObject>, ReconcileError> {
     let key = JobPrefix::of(&job.checkpoint.prefix, &job.identity()).owner_marker_key();
     if ctx.verified.contains(&job.owner, MARKER_KIND, &key) {
+        return Ok(Ok(()));
+    }
+    if recorded.checkpoint_marker.as_deref() == Some(key.as_str()) {
+        ctx.verified.insert(&job.owner, MARKER_KIND, &key);
         return Ok(Ok(()));
     }
     let reader = checkpoint_reader(ctx, job).await?;
@@ -55,8 +80,34 @@ pub async fn claim(
             }));
         }
     }
+    let held = OwnerRecords {
+        checkpoint_marker: Some(key.clone()),
+        ..OwnerRecords::default()
+    };
+    record_held(&ctx.client, (&job.namespace, &job.name), &held).await?;
     ctx.verified.insert(&job.owner, MARKER_KIND, &key);
     Ok(Ok(()))
+}
+
+/// Adds `held` to the job's `status.ownerRecords`. A merge patch replaces only the fields
+/// `held` names, so neither a concurrent status write nor an older status removes them.
+async fn record_held(
+    client: &Client,
+    (namespace, job): (&str, &str),
+    held: &OwnerRecords,
+) -> Result<(), ApiError> {
+    let api: Api<StatefulStreamJob> = Api::namespaced(client.clone(), namespace);
+    let patch = serde_json::json!({ "status": { "ownerRecords": held } });
+    api.patch_status(job, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map_err(|source| ApiError {
+            action: "record the owner records held in the status of",
+            kind: "StatefulStreamJob".into(),
+            namespace: namespace.to_string(),
+            name: job.to_string(),
+            source,
+        })?;
+    Ok(())
 }
 
 /// Deletes the job's checkpoints if the prefix's marker names exactly this job, then the
@@ -74,4 +125,81 @@ pub async fn delete_under_marker(
     let objects = reader.delete_all().await?;
     reader.delete_owner_marker().await?;
     Ok(Ok(objects + 1))
+}
+
+/// Claims the job's changelog `topic`: writes this job's owner record into an empty partition 0
+/// and reads back which record came first (two clusters creating one changelog at once decide
+/// alike); `Ok(Err)` names the holder when another cluster's or job's record is first. A
+/// changelog with records but no owner record (older than owner records) is used as it is.
+pub async fn claim_changelog(
+    (client, kafka): (&Client, &KafkaAdmin),
+    topic: &str,
+    claimant: &ChangelogClaimant<'_>,
+    verified: &Verified,
+) -> Result<Result<(), ForeignObject>, ApplyError> {
+    let ChangelogClaimant {
+        owner,
+        marker: ours,
+        recorded,
+    } = claimant;
+    if verified.contains(owner, CHANGELOG_KIND, topic) {
+        return Ok(Ok(()));
+    }
+    if *recorded == Some(topic) {
+        verified.insert(owner, CHANGELOG_KIND, topic);
+        return Ok(Ok(()));
+    }
+    match changelog_holder(kafka, topic, ours).await? {
+        Some(held_by) => Ok(Err(ForeignObject {
+            kind: CHANGELOG_KIND.into(),
+            namespace: kafka.bootstrap().to_string(),
+            name: topic.to_string(),
+            held_by,
+        })),
+        None => {
+            let held = OwnerRecords {
+                changelog: Some(topic.to_string()),
+                ..OwnerRecords::default()
+            };
+            record_held(client, (&ours.namespace, &ours.name), &held).await?;
+            verified.insert(owner, CHANGELOG_KIND, topic);
+            Ok(Ok(()))
+        }
+    }
+}
+
+/// The job claiming a changelog: its owner reference, its owner record, and the changelog its
+/// status records it holds.
+pub struct ChangelogClaimant<'a> {
+    pub owner: &'a OwnerReference,
+    pub marker: &'a OwnerMarker,
+    pub recorded: Option<&'a str>,
+}
+
+/// Reads the changelog's owner record, writing ours into an empty partition 0 and reading back
+/// which record came first. Returns who holds it when that is not this job.
+async fn changelog_holder(
+    kafka: &KafkaAdmin,
+    topic: &str,
+    ours: &OwnerMarker,
+) -> Result<Option<String>, KafkaAdminError> {
+    let head = kafka.changelog_head(topic).await?;
+    let held_by = match prefix::changelog_claim(head.first_owner.as_ref(), head.empty, ours) {
+        Ok(ChangelogClaim::Held) => None,
+        Ok(ChangelogClaim::Unclaimed) => {
+            tracing::info!(namespace = %ours.namespace, job = %ours.name, %topic, "the changelog holds records but no owner record (created before owner records, or by hand): used as it is");
+            None
+        }
+        Ok(ChangelogClaim::Write) => {
+            kafka.write_changelog_owner(topic, ours).await?;
+            let head = kafka.changelog_head(topic).await?;
+            let first = prefix::changelog_claim(head.first_owner.as_ref(), head.empty, ours);
+            if first.is_ok() {
+                tracing::info!(namespace = %ours.namespace, job = %ours.name, %topic, "claimed the job's changelog (owner record written)");
+            }
+            first.err()
+        }
+        Err(held_by) => Some(held_by),
+    };
+    Ok(held_by)
 }

@@ -60,6 +60,8 @@ pub fn next_status(
         tasks,
         // Recorded by `apply` when it creates a topic, never by a reconcile's observation.
         created_topics: existing.created_topics.clone(),
+        // Recorded by the claims (`apply::owner_marker`), likewise.
+        owner_records: existing.owner_records.clone(),
     }
 }
 

@@ -7,7 +7,8 @@
 //! from before the loss is just as foreign. So the rebuild writes a fresh incarnation id as the
 //! first record of the new topic ([`keys::CHANGELOG_INCARNATION`] sorts before every other state
 //! key, so it leads the rebuild's first transaction), the id travels with the state into every
-//! later checkpoint's manifest, and a restore reads the topic's first record to learn its
+//! later checkpoint's manifest, and a restore reads the topic's first record (past the operator's
+//! owner record, which leads partition 0 and is never state) to learn its
 //! incarnation and trusts only local state and checkpoints of the same one. The topic as first
 //! created has no id (`None`); so do states and manifests from before this rule.
 //!

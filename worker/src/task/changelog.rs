@@ -9,6 +9,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use std::time::{Duration, Instant};
+use streamkeeper_contract::owner_marker;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -65,19 +66,27 @@ impl<'a> ChangelogProbe<'a> {
         }
     }
 
-    /// The incarnation the changelog's first record names (see `incarnation`).
+    /// The incarnation the changelog's first record names (see `incarnation`). The operator's
+    /// owner record, which comes first in partition 0, is passed over.
     pub(in crate::task) fn incarnation(&self) -> Result<Option<String>, TaskError> {
         if let Some(known) = self.known_incarnation.get() {
             return Ok(known.clone());
         }
-        let read = if self.low >= self.high {
-            None
-        } else {
-            self.first_record_from(self.low)?
-                .and_then(|(_, key, value)| {
-                    crate::store::incarnation::of_first_record(&key, value.as_deref())
-                })
+        let mut from = self.low;
+        let first = loop {
+            if from >= self.high {
+                break None;
+            }
+            match self.first_record_from(from)? {
+                Some((offset, key, _)) if owner_marker::is_changelog_owner_key(&key) => {
+                    from = offset + 1;
+                }
+                other => break other,
+            }
         };
+        let read = first.and_then(|(_, key, value)| {
+            crate::store::incarnation::of_first_record(&key, value.as_deref())
+        });
         Ok(self.known_incarnation.get_or_init(|| read).clone())
     }
 

@@ -16,6 +16,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use std::time::Duration;
+use streamkeeper_contract::owner_marker;
 use streamkeeper_contract::task_report::RestorePhase;
 
 const BATCH_RECORDS: usize = 20_000;
@@ -84,18 +85,18 @@ pub(super) fn replay(
     Ok(progress.records_done)
 }
 
-/// Polls the assigned partition to its end, writing a batch every [`BATCH_RECORDS`] records
-/// (and at the end) with `meta` as it stands after them. Returns the bytes read.
 /// Adds one changelog record to `batch` and moves `meta` past it (offset, input position,
 /// newest timestamp); returns its key and value bytes. A restore and a standby's tail apply
-/// the changelog the same way.
+/// the changelog the same way. The operator's owner record is not state: only passed over.
 pub(in crate::task) fn take_record(
     message: &BorrowedMessage<'_>,
     batch: &mut ChangeSet,
     meta: &mut TaskMetadata,
 ) -> u64 {
     let key = message.key().unwrap_or_default();
-    batch.set(key.to_vec(), message.payload().map(<[u8]>::to_vec));
+    if !owner_marker::is_changelog_owner_key(key) {
+        batch.set(key.to_vec(), message.payload().map(<[u8]>::to_vec));
+    }
     if let Some(position) = position_in_record(key, message.payload()) {
         meta.next_input_offset = position;
     }
@@ -106,6 +107,8 @@ pub(in crate::task) fn take_record(
     (key.len() + message.payload().map_or(0, <[u8]>::len)) as u64
 }
 
+/// Polls the assigned partition to its end, writing a batch every [`BATCH_RECORDS`] records
+/// (and at the end) with `meta` as it stands after them. Returns the bytes read.
 /// A stop ends it after writing what was read: the state is a consistent prefix, still marked
 /// restoring, which the next role resumes (`OpenOutcome::Interrupted`).
 fn read_to_end(
