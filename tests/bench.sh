@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Benchmarks (release build) against the real services on loopback; each prints its figures and
-# writes bench-results/<name>.json.
+# Benchmarks against the real services on loopback; each prints its figures and writes its JSON
+# (bench-results/<name>.json; failover and warmup: $CARGO_TARGET_DIR/bench/<name>.json).
 #
 #   tests/bench.sh            every bench
 #   tests/bench.sh worker     one of: worker, checkpoint_restore, checkpoint_overhead, assignment,
