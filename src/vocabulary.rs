@@ -64,6 +64,8 @@ pub mod reasons {
     pub const CHANGELOG_DELETES_KEYS: &str = "ChangelogDeletesKeys";
     pub const PARTITION_MISMATCH: &str = "PartitionMismatch";
     pub const CHANGELOG_CLAIMED: &str = "ChangelogClaimed";
+    // Invalid (a join's topics)
+    pub const NOT_CO_PARTITIONED: &str = "NotCoPartitioned";
     pub const KAFKA_UNAVAILABLE: &str = "KafkaUnavailable";
     pub const KAFKA_CREDENTIALS: &str = "KafkaCredentialsUnavailable";
     pub const KAFKA_REFUSED: &str = "KafkaRefused";

@@ -1,6 +1,7 @@
 //! What the operator refuses, against the real kube-apiserver and Kafka: a changelog that is not
-//! compacted or has the wrong partition count, a changelog another job writes, a checkpoint interval that does not fit the input's
-//! retention (with the numbers), an S3 prefix or a changelog another cluster's job holds, and an
+//! compacted or has the wrong partition count, a changelog another job writes, a checkpoint
+//! interval that does not fit the input's retention (with the numbers), an S3 prefix or a
+//! changelog another cluster's job holds, a join whose topics are not co-partitioned, and an
 //! unreachable broker (a condition and an error, not a crash). Nothing starts while a refusal
 //! stands.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
@@ -335,6 +336,80 @@ async fn a_changelog_another_clusters_job_claimed_is_refused_and_a_new_one_is_cl
         None,
         "a refused changelog is not recorded as held"
     );
+
+    delete_namespace(&s.client, &s.namespace).await;
+}
+
+#[tokio::test]
+async fn a_join_whose_topics_are_not_co_partitioned_is_refused_until_they_are() {
+    let s = setup("op-copart", &[]).await;
+    let ctx = context(&s.client);
+    let sets: Api<StatefulSet> = Api::namespaced(s.client.clone(), &s.namespace);
+    let cards = support::unique_name("op-copart-cards");
+    create_topic(&cards, 2, &[]).await;
+    let name = "enrich";
+    let mut joined = job(name, &s.input, &s.prefix);
+    joined.spec.processor = serde_json::from_value(serde_json::json!({
+        "type": "join",
+        "keyField": "card",
+        "timeField": "ts",
+        "join": {
+            "kind": "table",
+            "mode": "left",
+            "right": {"topic": cards, "timeField": "ts"},
+            "history": "24h",
+        },
+    }))
+    .unwrap();
+    s.jobs
+        .create(&PostParams::default(), &joined)
+        .await
+        .unwrap();
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    let job = s.jobs.get(name).await.unwrap();
+    let invalid = condition(&job, "Invalid");
+    assert_eq!(
+        (invalid.status.as_str(), invalid.reason.as_str()),
+        ("True", "NotCoPartitioned")
+    );
+    for part in [
+        format!("{} has 3 partitions", s.input),
+        format!("{cards} has 2"),
+    ] {
+        assert!(
+            invalid.message.contains(&part),
+            "{part}: {}",
+            invalid.message
+        );
+    }
+    assert_eq!(condition(&job, "Ready").status, "False");
+    assert!(sets.get_opt(name).await.unwrap().is_none(), "no pod starts");
+
+    // The right topic gets its third partition: no change of the spec, and the job starts.
+    let added = admin()
+        .create_partitions(
+            [&rdkafka::admin::NewPartitions::new(&cards, 3)],
+            &rdkafka::admin::AdminOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert!(added.iter().all(Result::is_ok), "{added:?}");
+    support::wait_for(
+        "the broker to report 3 partitions",
+        Duration::from_secs(30),
+        || {
+            admin()
+                .inner()
+                .fetch_metadata(Some(&cards), Duration::from_secs(5))
+                .ok()
+                .and_then(|metadata| Some(metadata.topics().first()?.partitions().len()))
+                == Some(3)
+        },
+    );
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+    let job = s.jobs.get(name).await.unwrap();
+    assert_eq!(condition(&job, "Invalid").status, "False");
+    assert!(sets.get_opt(name).await.unwrap().is_some(), "it starts");
 
     delete_namespace(&s.client, &s.namespace).await;
 }

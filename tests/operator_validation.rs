@@ -36,6 +36,17 @@ fn hopping(job: &mut StatefulStreamJob, size: &str, advance: &str, grace: &str) 
     .unwrap();
 }
 
+/// A join of the test job's input with `cards`, `join` being the spec's `processor.join`.
+fn joined(job: &mut StatefulStreamJob, join: serde_json::Value) {
+    job.spec.processor = serde_json::from_value(serde_json::json!({
+        "type": "join",
+        "keyField": "card",
+        "timeField": "ts",
+        "join": join,
+    }))
+    .unwrap();
+}
+
 fn plain_sasl() -> KafkaSaslSpec {
     KafkaSaslSpec {
         mechanism: SaslMechanism::Plain,
@@ -105,6 +116,55 @@ async fn the_apiserver_refuses_what_the_operator_and_worker_refuse_naming_the_fi
             "spec.processor.aggregate.window.grace",
             Box::new(|job| hopping(job, "1h", "10m", "1.0005s")),
         ),
+        (
+            "spec.processor.join.window",
+            Box::new(|job| {
+                joined(
+                    job,
+                    serde_json::json!({
+                        "kind": "table", "right": {"topic": "cards-table"}, "history": "1h",
+                        "window": {"before": "1s", "after": "1s"},
+                    }),
+                )
+            }),
+        ),
+        (
+            "spec.processor.join.mode",
+            Box::new(|job| {
+                joined(
+                    job,
+                    serde_json::json!({
+                        "kind": "table", "mode": "outer", "right": {"topic": "cards-table"},
+                        "history": "1h",
+                    }),
+                )
+            }),
+        ),
+        (
+            "spec.processor.join.window",
+            Box::new(|job| {
+                joined(
+                    job,
+                    serde_json::json!({
+                        "kind": "stream",
+                        "right": {"topic": "clicks", "keyField": "card", "timeField": "ts"},
+                    }),
+                )
+            }),
+        ),
+        (
+            "spec.processor.join.window.grace",
+            Box::new(|job| {
+                joined(
+                    job,
+                    serde_json::json!({
+                        "kind": "stream",
+                        "right": {"topic": "clicks", "keyField": "card", "timeField": "ts"},
+                        "window": {"before": "1s", "after": "0s", "grace": "168h1ms"},
+                    }),
+                )
+            }),
+        ),
     ];
     for (index, (field, edit)) in cases.iter().enumerate() {
         let mut job = job_with(&namespace, edit);
@@ -136,6 +196,28 @@ async fn the_apiserver_refuses_what_the_operator_and_worker_refuse_naming_the_fi
         Box::new(|job| {
             job.metadata.name = Some("windowed".into());
             hopping(job, "1h", "3600ms", "1500ms");
+        }),
+        Box::new(|job| {
+            job.metadata.name = Some("table-join".into());
+            joined(
+                job,
+                serde_json::json!({
+                    "kind": "table", "mode": "left", "right": {"topic": "cards-table"},
+                    "history": "720h",
+                }),
+            );
+        }),
+        Box::new(|job| {
+            job.metadata.name = Some("stream-join".into());
+            joined(
+                job,
+                serde_json::json!({
+                    "kind": "stream", "mode": "outer",
+                    "right": {"topic": "clicks", "keyField": "card", "timeField": "ts"},
+                    "window": {"before": "0s", "after": "5m", "grace": "168h"},
+                    "partitioner": "crc32",
+                }),
+            );
         }),
     ];
     for edit in accepted {

@@ -17,7 +17,9 @@
 //!      mutating requests;
 //!    - [`manifest`] and [`checkpoint_layout`]: a checkpoint in S3, and where its objects live;
 //!    - [`owner_marker`]: which cluster's job a prefix in S3 or a changelog belongs to;
-//!    - [`restore_request`]: what a restore from a chosen checkpoint asks of a worker.
+//!    - [`restore_request`]: what a restore from a chosen checkpoint asks of a worker;
+//!    - [`co_partitioning`]: how a producer places a key in a partition (a join's
+//!      `partitioner`), and what a record's partition says about it.
 //! 3. The pure rules both sides apply:
 //!    - [`rules`]: the validation of a job's settings (the operator checks a spec with it, the
 //!      worker its config);
@@ -30,6 +32,7 @@ pub mod duration;
 pub mod version;
 
 pub mod checkpoint_layout;
+pub mod co_partitioning;
 pub mod manifest;
 pub mod owner_marker;
 pub mod restore_request;

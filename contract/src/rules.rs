@@ -73,6 +73,15 @@ pub enum Field {
     WindowAdvance,
     WindowGrace,
     DedupTtl,
+    JoinMode,
+    JoinRightTopic,
+    JoinRightKeyField,
+    JoinRightTimeField,
+    JoinWindow,
+    JoinWindowBefore,
+    JoinWindowAfter,
+    JoinWindowGrace,
+    JoinHistory,
     WriteBufferSize,
     CheckpointInterval,
     CheckpointRetain,
@@ -103,6 +112,15 @@ impl Field {
             Field::WindowAdvance => "spec.processor.aggregate.window.advance",
             Field::WindowGrace => "spec.processor.aggregate.window.grace",
             Field::DedupTtl => "spec.processor.dedup.ttl",
+            Field::JoinMode => "spec.processor.join.mode",
+            Field::JoinRightTopic => "spec.processor.join.right.topic",
+            Field::JoinRightKeyField => "spec.processor.join.right.keyField",
+            Field::JoinRightTimeField => "spec.processor.join.right.timeField",
+            Field::JoinWindow => "spec.processor.join.window",
+            Field::JoinWindowBefore => "spec.processor.join.window.before",
+            Field::JoinWindowAfter => "spec.processor.join.window.after",
+            Field::JoinWindowGrace => "spec.processor.join.window.grace",
+            Field::JoinHistory => "spec.processor.join.history",
             Field::WriteBufferSize => "spec.state.rocksdb.writeBufferSize",
             Field::CheckpointInterval => "spec.checkpoint.interval",
             Field::CheckpointRetain => "spec.checkpoint.retain",
@@ -132,6 +150,15 @@ impl Field {
             Field::WindowAdvance => "processor.window.advance",
             Field::WindowGrace => "processor.window.grace",
             Field::DedupTtl => "processor.ttl",
+            Field::JoinMode => "processor.mode",
+            Field::JoinRightTopic => "processor.right.topic",
+            Field::JoinRightKeyField => "processor.right.keyField",
+            Field::JoinRightTimeField => "processor.right.timeField",
+            Field::JoinWindow => "processor.window",
+            Field::JoinWindowBefore => "processor.window.before",
+            Field::JoinWindowAfter => "processor.window.after",
+            Field::JoinWindowGrace => "processor.window.grace",
+            Field::JoinHistory => "processor.history",
             Field::WriteBufferSize => "state.rocksdb.writeBufferBytes",
             Field::CheckpointInterval => "checkpoint.interval",
             Field::CheckpointRetain => "checkpoint.retain",
@@ -149,6 +176,8 @@ pub struct Violation {
     pub field: Field,
     pub reason: String,
 }
+
+mod join;
 
 fn violation(field: Field, reason: impl Into<String>) -> Violation {
     Violation {
@@ -169,12 +198,16 @@ pub fn worker_config(config: &WorkerConfig) -> Result<(), Violation> {
     if let Some((field, _)) = required.iter().find(|(_, value)| value.trim().is_empty()) {
         return Err(violation(*field, "must not be empty"));
     }
-    topics(&[
-        (Field::InputTopic, &kafka.input_topic),
+    let mut job_topics = vec![
+        (Field::InputTopic, kafka.input_topic.as_str()),
         (Field::OutputTopic, &kafka.output_topic),
         (Field::ChangelogTopic, &kafka.changelog_topic),
         (Field::DeadLetterTopic, &kafka.dead_letter_topic),
-    ])?;
+    ];
+    if let Some(right) = config.processor.right_topic() {
+        job_topics.push((Field::JoinRightTopic, right));
+    }
+    topics(&job_topics)?;
     commit(kafka.commit_interval, kafka.commit_max_records)?;
     if kafka.transaction_timeout <= kafka.commit_interval {
         return Err(violation(
@@ -318,11 +351,15 @@ pub fn processor(config: &ProcessorConfig) -> Result<(), Violation> {
             event_duration(Field::DedupTtl, *ttl)?;
             true
         }
+        ProcessorKind::Join { .. } => {
+            join::join(&config.kind)?;
+            true
+        }
     };
     if needs_time && config.time_field.is_none() {
         return Err(violation(
             Field::TimeField,
-            "is required by windows and dedup: they run on event time, never the wall clock",
+            "is required by windows, dedup and joins: they run on event time, never the wall clock",
         ));
     }
     Ok(())

@@ -1,6 +1,7 @@
 //! The worker config: rendered by the operator into a ConfigMap, read by the worker at start.
 //! The worker never sees the custom resource; everything it needs is here, already validated.
 
+pub use crate::co_partitioning::Partitioner;
 use crate::duration::serde_go;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -164,6 +165,87 @@ pub enum ProcessorKind {
         #[serde(with = "serde_go")]
         ttl: Duration,
     },
+    /// The job's input (the left side, keyed and timed by `keyField` and `timeField`) joined
+    /// with a second topic read by the same task, partition for partition.
+    #[serde(rename_all = "camelCase")]
+    Join {
+        /// `stream`: a windowed stream-stream join; `table`: the right topic is a table, and a
+        /// left record joins its version as of the left record's event time.
+        join: JoinKind,
+        mode: JoinMode,
+        right: JoinRight,
+        /// Stream joins only.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window: Option<JoinWindowConfig>,
+        /// Table joins only: how far back in event time the table's versions are kept.
+        #[serde(default, skip_serializing_if = "Option::is_none", with = "optional_go")]
+        history: Option<Duration>,
+        /// How the producers of both topics place keys in partitions.
+        partitioner: Partitioner,
+    },
+}
+
+/// What a join's right side is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum JoinKind {
+    Stream,
+    Table,
+}
+
+/// Which unmatched records a join emits: none (`inner`), the left side's (`left`), or both
+/// sides' (`outer`, stream joins only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum JoinMode {
+    Inner,
+    Left,
+    Outer,
+}
+
+/// The right side of a join.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JoinRight {
+    pub topic: String,
+    /// The join key's field in a stream's records. A table is keyed by its records' Kafka key
+    /// (a tombstone has no value to read a field from), so a table has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_field: Option<String>,
+    /// The event time's field (a table without one versions by the Kafka record timestamp).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_field: Option<String>,
+}
+
+/// Which records of the other side a stream record meets: those within `before` and `after`
+/// of its own event time; `grace` bounds lateness.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JoinWindowConfig {
+    #[serde(with = "serde_go")]
+    pub before: Duration,
+    #[serde(with = "serde_go")]
+    pub after: Duration,
+    #[serde(with = "serde_go", default)]
+    pub grace: Duration,
+}
+
+impl ProcessorConfig {
+    /// How a join's producers place keys; `None` for a processor with one input.
+    pub fn partitioner(&self) -> Option<Partitioner> {
+        match &self.kind {
+            ProcessorKind::Join { partitioner, .. } => Some(*partitioner),
+            _ => None,
+        }
+    }
+
+    /// The second topic the job's tasks read (a join's right side), if any.
+    pub fn right_topic(&self) -> Option<&str> {
+        match &self.kind {
+            ProcessorKind::Join { right, .. } => Some(right.topic.as_str()),
+            _ => None,
+        }
+    }
 }
 
 impl ProcessorKind {
@@ -172,6 +254,7 @@ impl ProcessorKind {
             ProcessorKind::Count => "count",
             ProcessorKind::Aggregate { .. } => "aggregate",
             ProcessorKind::Dedup { .. } => "dedup",
+            ProcessorKind::Join { .. } => "join",
         }
     }
 }

@@ -7,6 +7,7 @@
 pub mod cel;
 pub mod checkpoint;
 pub mod crd;
+pub mod join;
 pub mod kafka;
 pub mod pod;
 pub mod processor;
@@ -17,6 +18,9 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 pub use checkpoint::{CheckpointSpec, RestoreSource, RestoreSpec, S3CredentialsSecret, S3Spec};
+pub use join::{
+    JoinKindSpec, JoinModeSpec, JoinRightSpec, JoinSpec, JoinWindowSpec, PartitionerSpec,
+};
 pub use kafka::{KafkaSaslSpec, KafkaSpec, KafkaTlsSpec, SaslMechanism, SecretKeyRef};
 pub use pod::PodOverrides;
 pub use processor::{

@@ -1,5 +1,6 @@
 //! The processing logic a job runs and the record fields it reads.
 
+use super::join::JoinSpec;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
@@ -10,7 +11,8 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("self.type == 'aggregate' ? has(self.aggregate) : !has(self.aggregate)").message("processor.aggregate is required when processor.type is aggregate, and only then").field_path(".aggregate"))]
 #[x_kube(validation = kube::core::Rule::new("self.type == 'dedup' ? has(self.dedup) : !has(self.dedup)").message("processor.dedup is required when processor.type is dedup, and only then").field_path(".dedup"))]
-#[x_kube(validation = kube::core::Rule::new("(self.type == 'dedup' || (self.type == 'aggregate' && has(self.aggregate) && has(self.aggregate.window))) ? has(self.timeField) : true").message("processor.timeField is required by windows and dedup: they run on event time, never the wall clock").field_path(".timeField"))]
+#[x_kube(validation = kube::core::Rule::new("self.type == 'join' ? has(self.join) : !has(self.join)").message("processor.join is required when processor.type is join, and only then").field_path(".join"))]
+#[x_kube(validation = kube::core::Rule::new("(self.type == 'dedup' || self.type == 'join' || (self.type == 'aggregate' && has(self.aggregate) && has(self.aggregate.window))) ? has(self.timeField) : true").message("processor.timeField is required by windows, dedup and joins: they run on event time, never the wall clock").field_path(".timeField"))]
 pub struct ProcessorSpec {
     /// Which built-in processor runs.
     #[serde(rename = "type")]
@@ -32,6 +34,10 @@ pub struct ProcessorSpec {
     /// Settings of the `dedup` processor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dedup: Option<DedupSpec>,
+
+    /// Settings of a `join`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<JoinSpec>,
 }
 
 /// Built-in processor kinds.
@@ -41,6 +47,7 @@ pub enum ProcessorType {
     Count,
     Aggregate,
     Dedup,
+    Join,
 }
 
 /// Count, sum, min, max and mean of a numeric field per key.
@@ -88,7 +95,8 @@ pub struct WindowSpec {
     pub grace: String,
 }
 
-fn default_grace() -> String {
+/// A grace of none: records are late as soon as their window ends.
+pub(super) fn default_grace() -> String {
     "0s".into()
 }
 

@@ -22,11 +22,13 @@ pub struct KafkaFacts {
     /// The job's admin client, with its TLS and SASL settings.
     pub admin: KafkaAdmin,
     pub input_partitions: i32,
+    /// A join's right topic and its partition count.
+    pub right_partitions: Option<(String, i32)>,
     /// The input's `retention.ms` and `retention.bytes`, or the config that makes no sense.
     pub input_retention: Result<TopicRetention, RetentionViolation>,
 }
 
-/// Reads the input topic's partitions and retention. An error means the cluster (or the input
+/// Reads the input topic's partitions and retention (and a join's right topic's partitions). An error means the cluster (or the input
 /// topic) could not be reached; the reconcile reports it and backs off.
 pub async fn read_kafka(ctx: &Context, job: &ValidatedJob) -> Result<KafkaFacts, ReconcileError> {
     let admin = kafka_for_job(ctx, job).await?;
@@ -36,11 +38,25 @@ pub async fn read_kafka(ctx: &Context, job: &ValidatedJob) -> Result<KafkaFacts,
             topic: job.kafka.input_topic.clone(),
         }
     })?;
+    let right_partitions =
+        match job.processor.right_topic() {
+            None => None,
+            Some(right) => {
+                let topic = admin.topic(right).await?.ok_or_else(|| {
+                    KafkaAdminError::InputTopicMissing {
+                        bootstrap: admin.bootstrap().to_string(),
+                        topic: right.to_string(),
+                    }
+                })?;
+                Some((right.to_string(), topic.partitions))
+            }
+        };
     let config = |key: &str| input.config.get(key).map(String::as_str);
     let input_retention =
         TopicRetention::from_topic_config(config("retention.ms"), config("retention.bytes"));
     Ok(KafkaFacts {
         input_partitions: input.partitions,
+        right_partitions,
         input_retention,
         admin,
     })

@@ -33,6 +33,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, Event as FinalizerEvent};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use streamkeeper_contract::co_partitioning::{self, PartitionCountMismatch};
 
 /// Put on every job so deleting it waits for the clean-up its `deletionPolicy` asks for.
 pub const FINALIZER: &str = "streamkeeper.dev/cleanup";
@@ -105,6 +106,9 @@ enum Halt {
     Invalid(InvalidSpec),
     /// The job breaks a retention or changelog rule: look again later.
     Refused(Refusal),
+    /// A join's two topics have different partition counts: look again later (a topic may get
+    /// partitions without a change of the spec).
+    NotCoPartitioned(PartitionCountMismatch),
     /// An object with one of the job's names is someone else's: look again later.
     Foreign(ForeignObject),
     /// Kafka or S3 did not answer: these conditions are `Unknown`, then back off.
@@ -146,6 +150,10 @@ async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
             judge::refused(&mut observation, &refusal);
             Ok(Action::requeue(REFUSED_RECHECK))
         }
+        Err(Halt::NotCoPartitioned(mismatch)) => {
+            judge::not_co_partitioned(&mut observation, &mismatch);
+            Ok(Action::requeue(REFUSED_RECHECK))
+        }
         Err(Halt::Foreign(foreign)) => {
             tracing::warn!(job = %job.name_any(), %foreign, "refusing to take over an object");
             judge::foreign(&mut observation, &foreign);
@@ -180,6 +188,13 @@ async fn run_pipeline(
     let kafka = read_facts::read_kafka(ctx, &validated)
         .await
         .map_err(|error| Halt::Unreachable(error, UNCHECKED_BEFORE_APPLY))?;
+    if let Some((right_topic, right_partitions)) = &kafka.right_partitions {
+        co_partitioning::partition_counts(
+            (&validated.kafka.input_topic, kafka.input_partitions),
+            (right_topic, *right_partitions),
+        )
+        .map_err(Halt::NotCoPartitioned)?;
+    }
     let input_retention = kafka
         .input_retention
         .map_err(|violation| Halt::Refused(Refusal::input_retention(violation)))?;

@@ -28,6 +28,7 @@ use conditions::{ConditionStatus, ConditionUpdate};
 use next_status::{Observation, PhaseInputs, condition};
 use std::collections::BTreeMap;
 use std::time::Duration;
+use streamkeeper_contract::co_partitioning::PartitionCountMismatch;
 use streamkeeper_contract::task_report::{TaskPhase, TaskRole};
 use streamkeeper_contract::{TaskReport, format_go_duration};
 use task_views::TaskView;
@@ -93,6 +94,26 @@ pub fn refused(observation: &mut Observation, refusal: &Refusal) {
             ConditionStatus::False,
             reason,
             "refused; nothing is started until the rule holds",
+        ),
+    ]);
+}
+
+/// A join whose two topics' partition counts differ: `Invalid` naming both topics and counts,
+/// not `Ready`, phase `Failed`; nothing is started (or changed) until the counts agree.
+pub fn not_co_partitioned(observation: &mut Observation, mismatch: &PartitionCountMismatch) {
+    observation.phase = Some(JobPhase::Failed);
+    observation.conditions.extend([
+        condition(
+            types::INVALID,
+            ConditionStatus::True,
+            reasons::NOT_CO_PARTITIONED,
+            mismatch.to_string(),
+        ),
+        condition(
+            types::READY,
+            ConditionStatus::False,
+            reasons::NOT_CO_PARTITIONED,
+            "refused; nothing is started until both topics of the join have as many partitions",
         ),
     ]);
 }

@@ -1,6 +1,7 @@
 //! Step 1 of the pipeline (**validate** → read facts → build → apply → observe → judge → update
 //! status): the raw `StatefulStreamJob` in, a [`ValidatedJob`] out.
 
+mod join;
 mod kafka;
 mod processor;
 mod quantity;
@@ -73,6 +74,22 @@ impl From<Violation> for InvalidSpec {
     }
 }
 
+/// A rebuild from the input (`spec.restore.source: input`) reprocesses the input topic alone; a
+/// join's state also holds what it read of its right topic, which such a rebuild would not read.
+fn refuse_input_rebuild_of_a_join(job: &ValidatedJob) -> Result<(), InvalidSpec> {
+    let rebuilds = job
+        .restore
+        .as_ref()
+        .is_some_and(|restore| restore.source == crate::api::RestoreSource::Input);
+    if rebuilds && job.processor.right_topic().is_some() {
+        return Err(InvalidSpec::rule(
+            "spec.restore.source",
+            "input is not supported for a join (it would reprocess the input topic without the right topic); restore from the changelog",
+        ));
+    }
+    Ok(())
+}
+
 /// Checks `job` and resolves everything the builders need, for an operator whose cluster name is
 /// `cluster` (`--cluster-name`; part of every id and default name derived from the job). Stops
 /// at the first broken rule: the user fixes one field at a time, and the message names it.
@@ -106,6 +123,7 @@ pub fn validate(
         name,
         cluster: identity.cluster,
     };
+    refuse_input_rebuild_of_a_join(&validated)?;
     rules::worker_config_accepted(&validated)?;
     Ok(validated)
 }

@@ -41,6 +41,11 @@ pub(super) fn config(spec: &ProcessorSpec) -> Result<ProcessorConfig, InvalidSpe
         "spec.processor.dedup",
         "dedup",
     )?;
+    only_for(
+        spec.join.is_some() && spec.type_ != ProcessorType::Join,
+        "spec.processor.join",
+        "join",
+    )?;
     let kind = match spec.type_ {
         ProcessorType::Count => ProcessorKind::Count,
         ProcessorType::Aggregate => {
@@ -61,6 +66,13 @@ pub(super) fn config(spec: &ProcessorSpec) -> Result<ProcessorConfig, InvalidSpe
             ProcessorKind::Dedup {
                 ttl: duration("spec.processor.dedup.ttl", &dedup.ttl)?,
             }
+        }
+        ProcessorType::Join => {
+            let join = spec.join.as_ref().ok_or_else(|| InvalidSpec::Missing {
+                field: "spec.processor.join".into(),
+                why: "spec.processor.type is join",
+            })?;
+            super::join::join_kind(join)?
         }
     };
     let config = ProcessorConfig {

@@ -4,7 +4,7 @@
 
 use super::codec::StateCodecError;
 use super::decode::DecodeError;
-use super::record::{InputRecord, ProcessOutput};
+use super::record::{InputRecord, ProcessOutput, Side};
 use super::state::{StateAccess, StateError};
 
 /// Why processing a record failed.
@@ -38,6 +38,13 @@ pub enum ProcessError {
     /// An output value could not be serialised.
     #[error("could not encode output: {0}")]
     Encode(#[source] serde_json::Error),
+    /// A record of an input the pipeline does not read (the right side, for a processor with
+    /// one input). The caller's wiring is wrong, not the record: fatal for the batch.
+    #[error("the pipeline reads no {side} input")]
+    UnexpectedSide {
+        /// The side the record was said to come from.
+        side: Side,
+    },
     /// A custom processor's own failure; fatal for the batch, like [`ProcessError::State`].
     #[error("processor failed: {0}")]
     Custom(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -52,6 +59,7 @@ impl ProcessError {
             ProcessError::CorruptState { .. } => "corrupt_state",
             ProcessError::NoEventTime { .. } => "no_event_time",
             ProcessError::Encode(_) => "encode",
+            ProcessError::UnexpectedSide { .. } => "unexpected_side",
             ProcessError::Custom(_) => "custom",
         }
     }
@@ -91,8 +99,9 @@ impl ProcessError {
 ///   write, since the record is then skipped while the rest of the batch commits. Any other
 ///   error aborts the whole batch, so partial writes before it do no harm.
 pub trait Processor: Send + Sync {
-    /// A stable name of the logic and its state layout (`count`, `aggregate`, `dedup`),
-    /// recorded in checkpoint manifests so a checkpoint is never restored into different logic.
+    /// A stable name of the logic and its state layout (`count`, `aggregate`, `dedup`,
+    /// `join-stream`, `join-table`), recorded in checkpoint manifests so a checkpoint is never
+    /// restored into different logic.
     fn kind(&self) -> &'static str;
 
     /// Applies one record.

@@ -51,6 +51,12 @@ pub enum StateCodecError {
         /// What is wrong with it.
         why: &'static str,
     },
+    /// A variable-length state value does not follow the documented layout.
+    #[error("malformed state value: {why}")]
+    BadValue {
+        /// What is wrong with it.
+        why: &'static str,
+    },
 }
 
 /// Checks the version byte and the body length, and returns the body as a fixed array.

@@ -9,14 +9,27 @@
 //!                "window": {"type": "hopping", "size_ms": 60000, "advance_ms": 20000},
 //!                "grace_ms": 5000}}
 //! ```
+//!
+//! A join reads the left input with `key_field`/`time_field` and the right one with its own
+//! settings:
+//! ```json
+//! {"key_field": "user", "time_field": "ts",
+//!  "processor": {"kind": "join", "join": "stream", "mode": "left",
+//!                "right_key_field": "user_id", "right_time_field": "at",
+//!                "before_ms": 5000, "after_ms": 10000, "grace_ms": 1000}}
+//! {"key_field": "user", "time_field": "ts",
+//!  "processor": {"kind": "join", "join": "table", "mode": "inner", "history_ms": 86400000}}
+//! ```
 
 use serde::{Deserialize, Serialize};
 
 use super::aggregate::AggregateProcessor;
 use super::api::Processor;
 use super::count::CountProcessor;
-use super::decode::RecordDecoder;
+use super::decode::{RecordDecoder, RightDecoder, TableDecoder};
 use super::dedup::{DedupProcessor, TtlError};
+use super::join::{JoinConfigError, JoinKind, JoinMode, JoinSpec};
+use super::record::Side;
 use super::window::{WindowAssigner, WindowError};
 
 /// Which processor a job runs and which fields of the input it reads.
@@ -26,7 +39,7 @@ pub struct ProcessorConfig {
     /// Top-level field holding the grouping key (string or number).
     pub key_field: String,
     /// Top-level field holding the event time (epoch millis or RFC 3339). Required by
-    /// windowed `aggregate` and by `dedup`.
+    /// windowed `aggregate`, by `dedup` and by `join` (for its left input).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_field: Option<String>,
     /// The processor.
@@ -55,6 +68,35 @@ pub enum ProcessorKind {
     Dedup {
         /// How long (event time) a key stays seen.
         ttl_ms: u64,
+    },
+    /// The input (left) joined by key with a second input (right) of the same task: another
+    /// stream within a time window, or a versioned table as of each stream record's time. The
+    /// settings that apply to one kind of join only are refused on the other.
+    Join {
+        /// `stream` or `table`.
+        join: JoinKind,
+        /// `inner`, `left`, or (stream joins only) `outer`.
+        mode: JoinMode,
+        /// The right stream's key field. Stream joins only: a table is keyed by its Kafka
+        /// record key, since a tombstone has no field to read.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        right_key_field: Option<String>,
+        /// The right input's time field: required for a stream; for a table, the version time
+        /// (else the Kafka record timestamp).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        right_time_field: Option<String>,
+        /// Stream joins: how far a right record may precede a left one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        before_ms: Option<u64>,
+        /// Stream joins: how far a right record may follow a left one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after_ms: Option<u64>,
+        /// Stream joins: how long after a window's end records are still accepted (default 0).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        grace_ms: Option<u64>,
+        /// Table joins: how far back from the newest table time lookups stay exact.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        history_ms: Option<u64>,
     },
 }
 
@@ -97,12 +139,39 @@ pub enum ConfigError {
     /// Invalid dedup TTL.
     #[error(transparent)]
     Ttl(#[from] TtlError),
+    /// Invalid join settings.
+    #[error(transparent)]
+    Join(#[from] JoinConfigError),
 }
 
 impl ProcessorConfig {
     /// The decoder for this configuration's fields.
     pub fn decoder(&self) -> RecordDecoder {
         RecordDecoder::new(self.key_field.clone(), self.time_field.clone())
+    }
+
+    /// The decoder of a join's right input; `None` for a processor with one input.
+    pub fn right_decoder(&self) -> Option<RightDecoder> {
+        let ProcessorKind::Join {
+            join,
+            right_key_field,
+            right_time_field,
+            ..
+        } = &self.processor
+        else {
+            return None;
+        };
+        Some(match join {
+            // The key field is present in every config `build_processor` accepts.
+            JoinKind::Stream => RightDecoder::Stream(
+                RecordDecoder::new(
+                    right_key_field.clone().unwrap_or_default(),
+                    right_time_field.clone(),
+                )
+                .with_side(Side::Right),
+            ),
+            JoinKind::Table => RightDecoder::Table(TableDecoder::new(right_time_field.clone())),
+        })
     }
 
     /// Validates the configuration and builds its processor.
@@ -151,8 +220,45 @@ impl ProcessorConfig {
                 }
                 Ok(Box::new(DedupProcessor::new(*ttl_ms)?))
             }
+            ProcessorKind::Join {
+                join,
+                mode,
+                right_key_field,
+                right_time_field,
+                before_ms,
+                after_ms,
+                grace_ms,
+                history_ms,
+            } => {
+                let spec = JoinSpec {
+                    join: *join,
+                    mode: *mode,
+                    right_key_field: right_key_field.as_deref(),
+                    right_time_field: right_time_field.as_deref(),
+                    before_ms: *before_ms,
+                    after_ms: *after_ms,
+                    grace_ms: *grace_ms,
+                    history_ms: *history_ms,
+                };
+                build_join(&spec, has_time)
+            }
         }
     }
+}
+
+/// Checks a join's fields (the spec checks the rest) and builds it.
+fn build_join(spec: &JoinSpec<'_>, has_time: bool) -> Result<Box<dyn Processor>, ConfigError> {
+    if spec.right_key_field == Some("") {
+        return Err(ConfigError::EmptyField("right_key_field"));
+    }
+    if spec.right_time_field == Some("") {
+        return Err(ConfigError::EmptyField("right_time_field"));
+    }
+    // Both joins place left records in time: in windows, or against table versions.
+    if !has_time {
+        return Err(ConfigError::NeedsTimeField(spec.join.processor_kind()));
+    }
+    Ok(Box::new(spec.build()?))
 }
 
 /// The processor selection as the operator renders it in the worker config. Durations are whole
@@ -186,6 +292,33 @@ impl From<&streamkeeper_contract::worker_config::ProcessorConfig> for ProcessorC
             Rendered::Dedup { ttl } => ProcessorKind::Dedup {
                 ttl_ms: millis(*ttl),
             },
+            Rendered::Join {
+                join,
+                mode,
+                right,
+                window,
+                history,
+                partitioner: _,
+            } => {
+                use streamkeeper_contract::worker_config::{JoinKind as Kind, JoinMode as Mode};
+                ProcessorKind::Join {
+                    join: match join {
+                        Kind::Stream => JoinKind::Stream,
+                        Kind::Table => JoinKind::Table,
+                    },
+                    mode: match mode {
+                        Mode::Inner => JoinMode::Inner,
+                        Mode::Left => JoinMode::Left,
+                        Mode::Outer => JoinMode::Outer,
+                    },
+                    right_key_field: right.key_field.clone(),
+                    right_time_field: right.time_field.clone(),
+                    before_ms: window.as_ref().map(|w| millis(w.before)),
+                    after_ms: window.as_ref().map(|w| millis(w.after)),
+                    grace_ms: window.as_ref().map(|w| millis(w.grace)),
+                    history_ms: history.map(millis),
+                }
+            }
         };
         Self {
             key_field: config.key_field.clone(),

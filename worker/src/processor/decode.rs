@@ -4,10 +4,14 @@
 //! or a number in its JSON text form); the event time, when configured, from another (epoch
 //! millis as a number, or an RFC 3339 string). A bad record is never fatal: the loop sends it
 //! to the dead-letter topic with [`DecodeError::reason`] in a header and goes on.
+//!
+//! A join's second input is decoded by a [`RightDecoder`]: another stream's values like the
+//! first's (with its own fields), or a table's changelog by a [`TableDecoder`], whose key is
+//! the Kafka record key (a tombstone has no value to read one from).
 
 use serde_json::{Map, Value};
 
-use super::record::InputRecord;
+use super::record::{InputRecord, Side};
 use super::rfc3339;
 
 /// Largest accepted |event time| in ms (2^53 - 1, about 285,000 years either side of 1970).
@@ -63,17 +67,49 @@ pub enum DecodeError {
         event_time_ms: i64,
         record_timestamp_ms: i64,
     },
+    /// The Kafka value is null on an input that is not a table (only a table record can be a
+    /// tombstone).
+    #[error("value is null, and only a table input may carry tombstones")]
+    NullValue,
+    /// A table record has no Kafka key (the table's key is the record key).
+    #[error("table record has no Kafka key")]
+    MissingRecordKey,
+    /// A table record's Kafka key is not UTF-8 (join keys are compared as text).
+    #[error("table record key is not UTF-8")]
+    RecordKeyNotUtf8,
+    /// A table record's version time is its Kafka timestamp (no time field configured, or a
+    /// tombstone, which has no fields), and the record has none.
+    #[error("table record has no Kafka timestamp to take its version time from")]
+    MissingRecordTimestamp,
+    /// A join's record sits in another partition than the job's partitioner gives its key: it
+    /// can never meet its matches, which the other topic holds in that partition.
+    #[error(
+        "key `{key}` belongs in partition {expected} by {partitioner} (join.partitioner) but was read from partition {partition}; {evidence}"
+    )]
+    NotCoPartitioned {
+        key: String,
+        partition: u32,
+        expected: u32,
+        partitioner: &'static str,
+        /// What the placement fits, in words.
+        evidence: String,
+    },
 }
 
 impl DecodeError {
     /// Every [`DecodeError::reason`], so the metrics can start each at 0.
-    pub const REASONS: [&'static str; 6] = [
+    pub const REASONS: [&'static str; 11] = [
         "not_json",
         "not_an_object",
         "missing_field",
         "wrong_type",
         "bad_timestamp",
         "event_time_too_far_ahead",
+        "null_value",
+        "missing_record_key",
+        "record_key_not_utf8",
+        "missing_record_timestamp",
+        "not_co_partitioned",
     ];
 
     /// A stable machine-readable reason, used as the dead-letter header value and the metric
@@ -86,6 +122,11 @@ impl DecodeError {
             DecodeError::WrongType { .. } => "wrong_type",
             DecodeError::BadTimestamp { .. } => "bad_timestamp",
             DecodeError::EventTimeTooFarAhead { .. } => "event_time_too_far_ahead",
+            DecodeError::NullValue => "null_value",
+            DecodeError::MissingRecordKey => "missing_record_key",
+            DecodeError::RecordKeyNotUtf8 => "record_key_not_utf8",
+            DecodeError::MissingRecordTimestamp => "missing_record_timestamp",
+            DecodeError::NotCoPartitioned { .. } => "not_co_partitioned",
         }
     }
 }
@@ -169,20 +210,41 @@ pub fn time_field(obj: &Map<String, Value>, name: &str) -> Result<i64, DecodeErr
     Ok(ms)
 }
 
+/// Parses a raw value that must be a JSON object.
+fn parse_object(raw: &[u8]) -> Result<Map<String, Value>, DecodeError> {
+    let parsed: Value = serde_json::from_slice(raw).map_err(|e| DecodeError::NotJson {
+        detail: e.to_string(),
+    })?;
+    match parsed {
+        Value::Object(value) => Ok(value),
+        other => Err(DecodeError::NotAnObject {
+            found: json_type(&other),
+        }),
+    }
+}
+
 /// Turns raw input values into [`InputRecord`]s according to the configured fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordDecoder {
     key_field: String,
     time_field: Option<String>,
+    side: Side,
 }
 
 impl RecordDecoder {
     /// A decoder reading the key from `key_field` and, if given, event time from `time_field`.
+    /// Its records are of [`Side::Left`].
     pub fn new(key_field: impl Into<String>, time_field: Option<String>) -> Self {
         Self {
             key_field: key_field.into(),
             time_field,
+            side: Side::Left,
         }
+    }
+
+    /// The same decoder, marking its records as read from `side`.
+    pub fn with_side(self, side: Side) -> Self {
+        Self { side, ..self }
     }
 
     /// The configured time field, if any.
@@ -197,28 +259,99 @@ impl RecordDecoder {
         partition: i32,
         offset: i64,
     ) -> Result<InputRecord<'a>, DecodeError> {
-        let parsed: Value = serde_json::from_slice(raw).map_err(|e| DecodeError::NotJson {
-            detail: e.to_string(),
-        })?;
-        let Value::Object(value) = parsed else {
-            return Err(DecodeError::NotAnObject {
-                found: json_type(&parsed),
-            });
-        };
+        let value = parse_object(raw)?;
         let key = key_field(&value, &self.key_field)?;
         let event_time_ms = match &self.time_field {
             Some(name) => Some(time_field(&value, name)?),
             None => None,
         };
         Ok(InputRecord {
+            side: self.side,
             key,
             value,
             raw,
+            tombstone: false,
             partition,
             offset,
             event_time_ms,
         })
     }
+}
+
+/// The name a Kafka record timestamp goes by in errors about it.
+const RECORD_TIMESTAMP: &str = "(kafka record timestamp)";
+
+/// Decodes a table input (the right side of a stream-table join): the key is the Kafka record
+/// key as UTF-8, a null value is a tombstone, and the record's time (the start of the version it
+/// writes) is read from `time_field` when one is configured, else it is the Kafka record
+/// timestamp.
+///
+/// A tombstone has no fields, so its time is always the Kafka record timestamp: a producer that
+/// stamps a table's values with a time field should stamp its deletes the same way.
+/// Dead-lettering them instead would make deleting a key impossible.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableDecoder {
+    time_field: Option<String>,
+}
+
+impl TableDecoder {
+    /// A table decoder taking version times from `time_field`, or from Kafka timestamps.
+    pub fn new(time_field: Option<String>) -> Self {
+        Self { time_field }
+    }
+
+    /// Decodes one table record read at `partition`/`offset`; its side is [`Side::Right`].
+    pub fn decode<'a>(
+        &self,
+        kafka_key: Option<&[u8]>,
+        payload: Option<&'a [u8]>,
+        partition: i32,
+        offset: i64,
+        record_timestamp_ms: Option<i64>,
+    ) -> Result<InputRecord<'a>, DecodeError> {
+        let key = kafka_key.ok_or(DecodeError::MissingRecordKey)?;
+        let key = String::from_utf8(key.to_vec()).map_err(|_| DecodeError::RecordKeyNotUtf8)?;
+        let record_time = || match record_timestamp_ms {
+            None => Err(DecodeError::MissingRecordTimestamp),
+            Some(ms) if ms.unsigned_abs() > MAX_ABS_EVENT_TIME_MS.unsigned_abs() => {
+                Err(DecodeError::BadTimestamp {
+                    field: RECORD_TIMESTAMP.to_owned(),
+                    detail: "epoch millis out of range".to_owned(),
+                })
+            }
+            Some(ms) => Ok(ms),
+        };
+        let (value, raw, tombstone, time) = match payload {
+            None => (Map::new(), &b""[..], true, record_time()?),
+            Some(raw) => {
+                let value = parse_object(raw)?;
+                let time = match &self.time_field {
+                    Some(name) => time_field(&value, name)?,
+                    None => record_time()?,
+                };
+                (value, raw, false, time)
+            }
+        };
+        Ok(InputRecord {
+            side: Side::Right,
+            key,
+            value,
+            raw,
+            tombstone,
+            partition,
+            offset,
+            event_time_ms: Some(time),
+        })
+    }
+}
+
+/// How the second input of a join is decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RightDecoder {
+    /// Another stream of JSON objects, with its own key and time fields.
+    Stream(RecordDecoder),
+    /// A table's changelog.
+    Table(TableDecoder),
 }
 
 #[cfg(test)]
@@ -352,5 +485,76 @@ mod tests {
                 found: "string"
             })
         );
+    }
+
+    #[test]
+    fn a_record_decoder_marks_its_side() {
+        let raw = br#"{"user":"a","ts":1}"#;
+        assert_eq!(decoder().decode(raw, 0, 0).unwrap().side, Side::Left);
+        let right = decoder().with_side(Side::Right).decode(raw, 0, 0).unwrap();
+        assert_eq!((right.side, right.tombstone), (Side::Right, false));
+    }
+
+    #[test]
+    fn a_table_record_is_keyed_by_its_kafka_key_and_timed_by_field_or_timestamp() {
+        let raw = br#"{"name":"ann","ts":40}"#;
+        let by_field = TableDecoder::new(Some("ts".into()));
+        let r = by_field
+            .decode(Some(b"u1"), Some(raw), 2, 7, Some(99))
+            .unwrap();
+        assert_eq!(
+            (r.key.as_str(), r.event_time_ms, r.side),
+            ("u1", Some(40), Side::Right)
+        );
+        assert_eq!(
+            (r.raw, r.tombstone, r.partition, r.offset),
+            (&raw[..], false, 2, 7)
+        );
+        let by_timestamp = TableDecoder::new(None);
+        let r = by_timestamp
+            .decode(Some(b"u1"), Some(raw), 0, 0, Some(99))
+            .unwrap();
+        assert_eq!(r.event_time_ms, Some(99));
+    }
+
+    #[test]
+    fn a_null_table_value_is_a_tombstone_timed_by_its_kafka_timestamp() {
+        let r = TableDecoder::new(Some("ts".into()))
+            .decode(Some(b"u1"), None, 0, 3, Some(55))
+            .unwrap();
+        assert!(r.tombstone);
+        assert!(r.value.is_empty() && r.raw.is_empty());
+        assert_eq!((r.key.as_str(), r.event_time_ms), ("u1", Some(55)));
+    }
+
+    #[test]
+    fn bad_table_records_have_precise_reasons() {
+        let d = TableDecoder::new(None);
+        let obj = &br#"{"a":1}"#[..];
+        // (Kafka key, value, Kafka timestamp, the reason expected)
+        type Case<'a> = (Option<&'a [u8]>, Option<&'a [u8]>, Option<i64>, &'a str);
+        let cases: [Case<'_>; 6] = [
+            (None, Some(obj), Some(1), "missing_record_key"),
+            (
+                Some(&[0xff, 0xfe]),
+                Some(obj),
+                Some(1),
+                "record_key_not_utf8",
+            ),
+            (Some(b"k"), Some(obj), None, "missing_record_timestamp"),
+            (Some(b"k"), None, None, "missing_record_timestamp"),
+            (Some(b"k"), Some(b"[1]"), Some(1), "not_an_object"),
+            (Some(b"k"), Some(obj), Some(i64::MAX), "bad_timestamp"),
+        ];
+        for (key, payload, ts, want) in cases {
+            let err = d.decode(key, payload, 0, 0, ts).unwrap_err();
+            assert_eq!(err.reason(), want, "{key:?} {payload:?} {ts:?}");
+            assert!(DecodeError::REASONS.contains(&want));
+        }
+        let by_field = TableDecoder::new(Some("ts".into()));
+        let err = by_field
+            .decode(Some(b"k"), Some(obj), 0, 0, Some(1))
+            .unwrap_err();
+        assert_eq!(err, DecodeError::MissingField { field: "ts".into() });
     }
 }

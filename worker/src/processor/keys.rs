@@ -13,14 +13,27 @@
 //! | `w` | windowed aggregate       | `w` start(8, ordered) key             | `AggState`     |
 //! | `d` | dedup first-seen         | `d` key                               | `DedupState`   |
 //! | `x` | dedup expiry index       | `x` expiry(8, ordered) key            | `Marker`       |
+//! | `j` | join buffered record     | `j` side key-len(varint) key time offset | `BufferedRecord` |
+//! | `e` | join expiry index        | `e` expiry side time offset key       | `Marker`       |
+//! | `v` | table version            | `v` key-len(varint) key valid-to      | `TableVersion` |
+//! | `p` | table pruning index      | `p` due kind key                      | `Marker`       |
 //! | `m` | task metadata            | `m` `stream_time`                     | time           |
 //! | `m` | applied restore request  | `m` `applied_restore`                 | request id     |
 //! | `m` | input position           | `m` `input_position`                  | version, offset|
 //! | `m` | processor identity       | `m` `processor`                       | version, config|
 //! | `m` | input identity           | `m` `input`                           | version, topic, id|
+//! | `m` | a join's right position  | `m` `right_input_position`            | version, offset|
+//! | `m` | a join's right identity  | `m` `right_input`                     | version, topic, id|
 //! | `m` | window sweep position    | `m` `sweep_windows`                   | version, key   |
 //! | `m` | expiry sweep position    | `m` `sweep_expiry`                    | version, key   |
+//! | `m` | join expiry sweep position | `m` `sweep_join`                    | version, key   |
+//! | `m` | table pruning position   | `m` `sweep_table`                     | version, key   |
+//! | `m` | table time               | `m` `table_time`                      | time           |
 //! | 0x01| changelog incarnation    | 0x01 `changelog_incarnation`          | id (UTF-8)     |
+//!
+//! The join spaces (`j`, `e`, `v`, `p`) are laid out in `join::layout`, which documents their
+//! parts: a join key there sits before fixed-width parts, behind its length, because a lookup
+//! needs all entries of one key in time order.
 
 use super::codec::StateCodecError;
 
@@ -34,6 +47,14 @@ pub const WINDOW: u8 = b'w';
 pub const DEDUP: u8 = b'd';
 /// Tag of the dedup expiry index.
 pub const EXPIRY: u8 = b'x';
+/// Tag of a stream-stream join's buffered records.
+pub const JOIN_BUFFER: u8 = b'j';
+/// Tag of a stream-stream join's expiry index.
+pub const JOIN_EXPIRY: u8 = b'e';
+/// Tag of a stream-table join's table versions.
+pub const TABLE_VERSION: u8 = b'v';
+/// Tag of a stream-table join's pruning index.
+pub const TABLE_PRUNE: u8 = b'p';
 
 /// The key holding the id of the newest restore request applied to the state. Being state, it
 /// travels with the changelog and the checkpoints, so a request is applied once wherever the
@@ -58,6 +79,11 @@ pub const PROCESSOR: &[u8] = b"mprocessor";
 /// `task::active::input_identity`).
 pub const INPUT: &[u8] = b"minput";
 
+/// A join's right topic's counterparts of [`INPUT_POSITION`] and [`INPUT`] (see
+/// `task::active::sources`).
+pub const RIGHT_INPUT_POSITION: &[u8] = b"mright_input_position";
+pub const RIGHT_INPUT: &[u8] = b"mright_input";
+
 /// Where the windowed aggregate's bounded sweep of closable windows goes on (`sweep`).
 pub const WINDOW_SWEEP: &[u8] = b"msweep_windows";
 
@@ -66,6 +92,15 @@ pub const EXPIRY_SWEEP: &[u8] = b"msweep_expiry";
 
 /// The key holding the task's stream time (max event time seen).
 pub const STREAM_TIME: &[u8] = b"mstream_time";
+
+/// Where a stream-stream join's bounded sweep of closed windows goes on (`sweep`).
+pub const JOIN_SWEEP: &[u8] = b"msweep_join";
+
+/// Where a stream-table join's bounded pruning of old table versions goes on (`sweep`).
+pub const TABLE_SWEEP: &[u8] = b"msweep_table";
+
+/// The key holding a stream-table join's table time (max version time seen on the table).
+pub const TABLE_TIME: &[u8] = b"mtable_time";
 
 /// Encodes an `i64` so that unsigned byte order equals signed numeric order: flip the sign
 /// bit, big-endian. Negative event times (before 1970) therefore sort first.
@@ -120,7 +155,7 @@ fn split_tagged_time(tag: u8, raw: &[u8]) -> Result<(i64, String), StateCodecErr
 /// Callers pass the bound of their previous sweep as `after`: everything at or below it is
 /// already gone, and starting the scan there keeps RocksDB from stepping over the tombstones
 /// of every earlier sweep on each record.
-fn range_between(tag: u8, after: Option<i64>, upto: i64) -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn range_between(tag: u8, after: Option<i64>, upto: i64) -> (Vec<u8>, Vec<u8>) {
     let bound = |exclusive_start: Option<i64>| match exclusive_start.map(|t| t.checked_add(1)) {
         None => vec![tag],
         Some(Some(next)) => {

@@ -1,5 +1,5 @@
 //! Pure record processing for a task: decoding, the `Processor` trait, the built-in
-//! processors (`count`, `aggregate`, `dedup`) and the state encodings they use.
+//! processors (`count`, `aggregate`, `dedup`, `join`) and the state encodings they use.
 //!
 //! This module owns *what* a record does to a task's state and output. It must not touch
 //! Kafka, RocksDB, the clock or the network: the exactly-once loop hands each record a
@@ -11,9 +11,10 @@
 //! Layout: [`api`] (the trait and its errors), [`record`] (input/output types), [`decode`]
 //! (JSON → [`InputRecord`]), [`config`] (the processor selection), [`state`] (the state access
 //! trait and an in-memory implementation), [`keys`] and [`codec`] (stable state encodings),
-//! [`window`] (window assignment math), [`stream_time`], and one module per built-in processor.
-//! [`pipeline`] ties a decoder and a processor together for the loop; `test_support` holds
-//! helpers of the tests.
+//! [`window`] (window assignment math), [`stream_time`], [`sweep`] (bounded sweeps), and one
+//! module per built-in processor ([`join`] keeps its own key and value layouts). [`pipeline`]
+//! ties the decoders (one per input) and a processor together for the loop; `test_support`
+//! holds helpers of the tests.
 
 pub mod aggregate;
 pub mod api;
@@ -22,6 +23,7 @@ pub mod config;
 pub mod count;
 pub mod decode;
 pub mod dedup;
+pub mod join;
 pub mod keys;
 pub mod pipeline;
 pub mod record;
@@ -39,9 +41,10 @@ pub use api::{ProcessError, Processor};
 pub use codec::{AggState, CountState, DedupState, Marker, STATE_FORMAT_VERSION, StateCodecError};
 pub use config::{ConfigError, ProcessorConfig, ProcessorKind, WindowSpec};
 pub use count::CountProcessor;
-pub use decode::{DecodeError, MAX_ABS_EVENT_TIME_MS, RecordDecoder};
+pub use decode::{DecodeError, MAX_ABS_EVENT_TIME_MS, RecordDecoder, RightDecoder, TableDecoder};
 pub use dedup::DedupProcessor;
-pub use pipeline::Pipeline;
-pub use record::{DropReason, InputRecord, OutputRecord, ProcessOutput};
+pub use join::{JoinConfigError, JoinKind, JoinMode, JoinProcessor};
+pub use pipeline::{Pipeline, Placement, RawInput};
+pub use record::{DropReason, InputRecord, OutputRecord, ProcessOutput, Side};
 pub use state::{Entry, MemoryState, StateAccess, StateError};
 pub use window::{Window, WindowAssigner, WindowError};

@@ -1,21 +1,80 @@
 //! A decoder and a processor together: what the exactly-once loop calls per raw record.
+//!
+//! A single-input job goes through [`Pipeline::process`]. A join reads two inputs in one task
+//! and goes through [`Pipeline::process_input`], which says which input a record came from and
+//! carries what a table record needs beyond its value (its Kafka key; a null value).
 
 use super::api::{ProcessError, Processor};
 use super::config::{ConfigError, ProcessorConfig};
-use super::decode::{DecodeError, RecordDecoder};
-use super::record::ProcessOutput;
+use super::decode::{DecodeError, RecordDecoder, RightDecoder};
+use super::record::{InputRecord, ProcessOutput, Side};
 use super::state::StateAccess;
+use streamkeeper_contract::co_partitioning::{self, Partitioner};
+
+/// One raw Kafka record of either input, as the loop read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawInput<'a> {
+    /// Which input it was read from.
+    pub side: Side,
+    /// The Kafka record key (a table input's key; ignored for stream inputs).
+    pub kafka_key: Option<&'a [u8]>,
+    /// The Kafka record value; `None` when null (a tombstone on a table input, a bad record on
+    /// any other).
+    pub payload: Option<&'a [u8]>,
+    /// Input partition (= task id).
+    pub partition: i32,
+    /// Offset in its input partition.
+    pub offset: i64,
+    /// The Kafka record timestamp, when it has one.
+    pub timestamp_ms: Option<i64>,
+}
 
 /// Decodes each raw input value and applies the processor to it.
 pub struct Pipeline {
     decoder: RecordDecoder,
+    right: Option<RightDecoder>,
     processor: Box<dyn Processor>,
+    /// A join's key placement: each record's partition is checked against its key.
+    placement: Option<Placement>,
+}
+
+/// How a join's producers place keys, and among how many partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    pub partitioner: Partitioner,
+    pub partitions: u32,
+}
+
+impl Placement {
+    /// `Err` when a record of `key` read in `partition` is not where this placement puts it,
+    /// naming which known partitioner its placement fits instead.
+    pub fn check(&self, key: &str, partition: i32) -> Result<(), DecodeError> {
+        let partition = u32::try_from(partition).unwrap_or(u32::MAX);
+        let key_bytes = key.as_bytes();
+        if co_partitioning::fits(self.partitioner, key_bytes, partition, self.partitions) {
+            return Ok(());
+        }
+        let fits = co_partitioning::consistent_with(key_bytes, partition, self.partitions);
+        let evidence = match fits.as_slice() {
+            [] => "its placement fits neither murmur2 nor crc32 (a custom partitioner, or records written to chosen partitions)".to_string(),
+            [one] => format!("its placement fits {}: the producer uses another partitioner than the job says", one.as_str()),
+            _ => "its placement fits both partitioners".to_string(),
+        };
+        Err(DecodeError::NotCoPartitioned {
+            key: key.to_string(),
+            partition,
+            expected: self.partitioner.partition(key_bytes, self.partitions),
+            partitioner: self.partitioner.as_str(),
+            evidence,
+        })
+    }
 }
 
 impl std::fmt::Debug for Pipeline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pipeline")
             .field("decoder", &self.decoder)
+            .field("right", &self.right)
             .field("processor", &self.processor.kind())
             .finish()
     }
@@ -27,12 +86,26 @@ impl Pipeline {
         Ok(Self {
             processor: config.build_processor()?,
             decoder: config.decoder(),
+            right: config.right_decoder(),
+            placement: None,
         })
     }
 
-    /// A pipeline around a custom processor (for a user's own worker binary).
+    /// A pipeline around a custom processor (for a user's own worker binary) reading one input.
     pub fn new(decoder: RecordDecoder, processor: Box<dyn Processor>) -> Self {
-        Self { decoder, processor }
+        Self {
+            decoder,
+            right: None,
+            processor,
+            placement: None,
+        }
+    }
+
+    /// Checks every record's partition against its key by `placement` from now on (a join's
+    /// task, once it knows its topics' partition count): a misplaced record is a bad record,
+    /// `not_co_partitioned`.
+    pub fn set_placement(&mut self, placement: Placement) {
+        self.placement = Some(placement);
     }
 
     /// The processor's kind, for checkpoint manifests.
@@ -56,9 +129,32 @@ impl Pipeline {
         record_timestamp_ms: Option<i64>,
         state: &mut dyn StateAccess,
     ) -> Result<ProcessOutput, ProcessError> {
-        let record = self.decoder.decode(raw, partition, offset)?;
+        let input = RawInput {
+            side: Side::Left,
+            kafka_key: None,
+            payload: Some(raw),
+            partition,
+            offset,
+            timestamp_ms: record_timestamp_ms,
+        };
+        self.process_input(&input, state)
+    }
+
+    /// Decodes a record of either input with that input's decoder and applies the processor,
+    /// like [`Pipeline::process`] (the same event-time rule holds on both inputs). A right
+    /// record on a pipeline with one input is [`ProcessError::UnexpectedSide`]: a wiring fault,
+    /// not a bad record.
+    pub fn process_input(
+        &self,
+        input: &RawInput<'_>,
+        state: &mut dyn StateAccess,
+    ) -> Result<ProcessOutput, ProcessError> {
+        let record = self.decode(input)?;
+        if let Some(placement) = &self.placement {
+            placement.check(&record.key, input.partition)?;
+        }
         if let (Some(event_time_ms), Some(record_timestamp_ms)) =
-            (record.event_time_ms, record_timestamp_ms)
+            (record.event_time_ms, input.timestamp_ms)
             && event_time_ms > record_timestamp_ms.saturating_add(MAX_EVENT_TIME_AHEAD_MS)
         {
             return Err(DecodeError::EventTimeTooFarAhead {
@@ -68,6 +164,28 @@ impl Pipeline {
             .into());
         }
         self.processor.process(&record, state)
+    }
+
+    fn decode<'a>(&self, input: &RawInput<'a>) -> Result<InputRecord<'a>, ProcessError> {
+        let value = || input.payload.ok_or(DecodeError::NullValue);
+        let (partition, offset) = (input.partition, input.offset);
+        let record = match (input.side, &self.right) {
+            (Side::Left, _) => self.decoder.decode(value()?, partition, offset)?,
+            (Side::Right, Some(RightDecoder::Stream(decoder))) => {
+                decoder.decode(value()?, partition, offset)?
+            }
+            (Side::Right, Some(RightDecoder::Table(decoder))) => decoder.decode(
+                input.kafka_key,
+                input.payload,
+                partition,
+                offset,
+                input.timestamp_ms,
+            )?,
+            (Side::Right, None) => {
+                return Err(ProcessError::UnexpectedSide { side: Side::Right });
+            }
+        };
+        Ok(record)
     }
 }
 

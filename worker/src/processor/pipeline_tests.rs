@@ -144,3 +144,185 @@ fn processors_can_be_shared_across_threads() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Pipeline>();
 }
+
+mod two_inputs {
+    use super::*;
+    use crate::processor::record::Side;
+
+    fn join_pipeline(processor: &str) -> Pipeline {
+        let config: ProcessorConfig = serde_json::from_str(&format!(
+            r#"{{"key_field":"k","time_field":"t","processor":{processor}}}"#
+        ))
+        .unwrap();
+        Pipeline::from_config(&config).unwrap()
+    }
+
+    fn input<'a>(
+        side: Side,
+        key: Option<&'a [u8]>,
+        payload: Option<&'a [u8]>,
+        ts: Option<i64>,
+    ) -> RawInput<'a> {
+        RawInput {
+            side,
+            kafka_key: key,
+            payload,
+            partition: 0,
+            offset: 0,
+            timestamp_ms: ts,
+        }
+    }
+
+    fn values(out: &ProcessOutput) -> Vec<String> {
+        out.records
+            .iter()
+            .map(|r| String::from_utf8(r.value.clone()).unwrap())
+            .collect()
+    }
+
+    const STREAM: &str = r#"{"kind":"join","join":"stream","mode":"inner",
+        "right_key_field":"rk","right_time_field":"rt","before_ms":10,"after_ms":10}"#;
+
+    #[test]
+    fn a_stream_join_decodes_each_input_with_its_own_fields() {
+        let p = join_pipeline(STREAM);
+        assert_eq!(p.kind(), "join-stream");
+        let mut s = MemoryState::new();
+        let left = br#"{"k":"a","t":100}"#;
+        let out = p
+            .process_input(&input(Side::Left, None, Some(left), None), &mut s)
+            .unwrap();
+        assert!(out.records.is_empty());
+        let right = br#"{"rk":"a","rt":105}"#;
+        let out = p
+            .process_input(
+                &input(Side::Right, Some(b"ignored"), Some(right), None),
+                &mut s,
+            )
+            .unwrap();
+        assert_eq!(
+            values(&out),
+            vec![r#"{"left":{"k":"a","t":100},"right":{"rk":"a","rt":105}}"#]
+        );
+        // The left fields mean nothing on the right input.
+        let before = s.clone();
+        let wrong = br#"{"k":"a","t":105}"#;
+        let err = p
+            .process_input(&input(Side::Right, None, Some(wrong), None), &mut s)
+            .unwrap_err();
+        assert_eq!(
+            err.as_bad_record(),
+            Some(&DecodeError::MissingField { field: "rk".into() })
+        );
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn process_is_the_left_input_of_process_input() {
+        let p = join_pipeline(STREAM);
+        let mut s = MemoryState::new();
+        p.process(br#"{"k":"a","t":100}"#, 0, 0, None, &mut s)
+            .unwrap();
+        let out = p
+            .process_input(
+                &input(Side::Right, None, Some(br#"{"rk":"a","rt":100}"#), None),
+                &mut s,
+            )
+            .unwrap();
+        assert_eq!(out.records.len(), 1);
+    }
+
+    #[test]
+    fn a_table_join_keys_table_records_by_kafka_key_and_reads_tombstones() {
+        let p = join_pipeline(r#"{"kind":"join","join":"table","mode":"left","history_ms":1000}"#);
+        assert_eq!(p.kind(), "join-table");
+        let mut s = MemoryState::new();
+        let table = |key: Option<&'static [u8]>, payload: Option<&'static [u8]>, ts| {
+            input(Side::Right, key, payload, ts)
+        };
+        let stream = |raw: &'static [u8]| input(Side::Left, None, Some(raw), None);
+        p.process_input(
+            &table(Some(b"a"), Some(br#"{"name":"ann"}"#), Some(10)),
+            &mut s,
+        )
+        .unwrap();
+        let out = p
+            .process_input(&stream(br#"{"k":"a","t":20}"#), &mut s)
+            .unwrap();
+        assert_eq!(
+            values(&out),
+            vec![r#"{"left":{"k":"a","t":20},"right":{"name":"ann"}}"#]
+        );
+        p.process_input(&table(Some(b"a"), None, Some(30)), &mut s)
+            .unwrap();
+        let out = p
+            .process_input(&stream(br#"{"k":"a","t":40}"#), &mut s)
+            .unwrap();
+        assert_eq!(
+            values(&out),
+            vec![r#"{"left":{"k":"a","t":40},"right":null}"#]
+        );
+        let before = s.clone();
+        for (bad, reason) in [
+            (table(None, Some(b"{}"), Some(50)), "missing_record_key"),
+            (
+                table(Some(&[0xc3]), Some(b"{}"), Some(50)),
+                "record_key_not_utf8",
+            ),
+            (table(Some(b"a"), None, None), "missing_record_timestamp"),
+            (table(Some(b"a"), Some(b"[]"), Some(50)), "not_an_object"),
+            (input(Side::Left, None, None, None), "null_value"),
+        ] {
+            let err = p.process_input(&bad, &mut s).unwrap_err();
+            assert_eq!(err.as_bad_record().map(|e| e.reason()), Some(reason));
+            assert_eq!(s, before, "a bad record leaves no trace");
+        }
+    }
+
+    #[test]
+    fn the_event_time_rule_holds_on_both_inputs() {
+        let p = join_pipeline(STREAM);
+        let mut s = MemoryState::new();
+        let at = 1_764_000_000_000i64;
+        let far = format!(r#"{{"rk":"a","rt":{}}}"#, at + MAX_EVENT_TIME_AHEAD_MS + 1);
+        let err = p
+            .process_input(
+                &input(Side::Right, None, Some(far.as_bytes()), Some(at)),
+                &mut s,
+            )
+            .unwrap_err();
+        assert_eq!(
+            err.as_bad_record().map(|e| e.reason()),
+            Some("event_time_too_far_ahead")
+        );
+        let table = join_pipeline(
+            r#"{"kind":"join","join":"table","mode":"inner","right_time_field":"rt","history_ms":10}"#,
+        );
+        let err = table
+            .process_input(
+                &input(Side::Right, Some(b"a"), Some(far.as_bytes()), Some(at)),
+                &mut s,
+            )
+            .unwrap_err();
+        assert_eq!(
+            err.as_bad_record().map(|e| e.reason()),
+            Some("event_time_too_far_ahead")
+        );
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_right_record_on_a_single_input_pipeline_is_a_wiring_fault_not_a_bad_record() {
+        let p = Pipeline::new(RecordDecoder::new("k", None), Box::new(KeyLength));
+        let mut s = MemoryState::new();
+        let err = p
+            .process_input(
+                &input(Side::Right, None, Some(br#"{"k":"a"}"#), None),
+                &mut s,
+            )
+            .unwrap_err();
+        assert_eq!(err.category(), "unexpected_side");
+        assert!(err.as_bad_record().is_none());
+        assert!(s.is_empty());
+    }
+}

@@ -2,17 +2,60 @@
 
 use serde_json::{Map, Value};
 
-/// One decoded input record. Built by [`super::RecordDecoder`]; a processor never sees a
-/// record that failed decoding.
+/// Which input of a task a record was read from. A single-input processor only ever sees
+/// [`Side::Left`]; a join reads partition `i` of two topics in one task and tells them apart
+/// by this.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Side {
+    /// The first (or only) input.
+    #[default]
+    Left,
+    /// The second input of a join.
+    Right,
+}
+
+impl Side {
+    /// The other input.
+    pub fn other(self) -> Side {
+        match self {
+            Side::Left => Side::Right,
+            Side::Right => Side::Left,
+        }
+    }
+
+    /// Stable lower-case name for logs and errors.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Left => "left",
+            Side::Right => "right",
+        }
+    }
+}
+
+impl std::fmt::Display for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One decoded input record. Built by [`super::RecordDecoder`] (or, for a table input, by
+/// [`super::TableDecoder`]); a processor never sees a record that failed decoding.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InputRecord<'a> {
-    /// The grouping key, read from the configured key field (numbers in their JSON text form).
+    /// The input the record was read from ([`Side::Left`] for every single-input processor).
+    pub side: Side,
+    /// The grouping key, read from the configured key field (numbers in their JSON text form);
+    /// for a table input, the Kafka record key as UTF-8.
     pub key: String,
-    /// The whole JSON object.
+    /// The whole JSON object (empty for a tombstone).
     pub value: Map<String, Value>,
     /// The exact bytes the object was decoded from (so a pass-through processor such as
-    /// `dedup` emits the input unchanged, not a re-serialisation).
+    /// `dedup` emits the input unchanged, not a re-serialisation). Empty for a tombstone.
     pub raw: &'a [u8],
+    /// True for a table record whose Kafka value is null: it deletes its key from the table
+    /// from its time on. Only a table input produces one (a null value on any other input is a
+    /// bad record), so processors that read no table never see it set.
+    pub tombstone: bool,
     /// Input partition (= task id).
     pub partition: i32,
     /// Offset in the input partition.

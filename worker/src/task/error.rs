@@ -54,6 +54,11 @@ pub enum TaskError {
     /// with a new consumer.
     #[error("consumer stalled: {0}")]
     ConsumerStalled(String),
+    /// A join's two topics no longer have as many partitions (one got more after the job
+    /// started): records of one key now meet in different tasks, so the task stops rather than
+    /// join them wrongly.
+    #[error("partitions changed: {0}")]
+    PartitionsChanged(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -79,7 +84,7 @@ impl TaskError {
     /// Stable label for metrics and events.
     /// Every [`TaskError::category`], so the metrics can start each at 0 (a new variant's
     /// category missing here only appears at its first error, as any label did before).
-    pub const CATEGORIES: [&'static str; 15] = [
+    pub const CATEGORIES: [&'static str; 16] = [
         "kafka",
         "fenced",
         "transaction_timeout",
@@ -94,6 +99,7 @@ impl TaskError {
         "input_mismatch",
         "stopped",
         "consumer_stalled",
+        "partitions_changed",
         "internal",
     ];
 
@@ -114,6 +120,7 @@ impl TaskError {
             TaskError::InputTopicId(_) => "kafka",
             TaskError::Stopped(_) => "stopped",
             TaskError::ConsumerStalled(_) => "consumer_stalled",
+            TaskError::PartitionsChanged(_) => "partitions_changed",
             TaskError::Internal(_) => "internal",
         }
     }

@@ -72,7 +72,7 @@ pub(in crate::task) fn check(
         Verdict::Unmarked => {
             let mut changes = ChangeSet::new();
             changes.put(keys::PROCESSOR, encode(ours)?);
-            active.commit_changes(store, changes, None)
+            active.commit_changes(store, changes, super::sources::Positions::default())
         }
         Verdict::Other(reason) => Err(TaskError::ProcessorMismatch(reason)),
     }

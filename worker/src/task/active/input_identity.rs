@@ -1,6 +1,7 @@
 //! Which input a task's state was built from: the input topic's name and its Kafka topic id,
-//! stored in the state itself under [`keys::INPUT`], so it travels with the changelog and every
-//! checkpoint like the processor's identity (`identity`).
+//! stored in the state itself under `keys::INPUT` (a join's right topic: `keys::RIGHT_INPUT`),
+//! so it travels with the changelog and every checkpoint like the processor's identity
+//! (`identity`).
 //!
 //! The state's input position (`input_position`) is an offset, and an offset means something
 //! only in the topic incarnation it was read from. Without this, a job deleted with
@@ -17,7 +18,8 @@
 
 use super::identity::Verdict;
 use super::processing_loop::{ActiveLoop, KAFKA_TIMEOUT};
-use crate::processor::keys;
+use super::sources::{self, Positions};
+use crate::processor::Side;
 use crate::store::{ChangeSet, RocksStore, StateStore};
 use crate::task::{TaskError, stop};
 use rdkafka::consumer::Consumer;
@@ -79,30 +81,35 @@ pub fn judge(task: u32, stored: Option<&[u8]>, ours: &InputIdentity) -> Verdict 
 }
 
 impl ActiveLoop<'_> {
-    /// Checks the state in `store` against the input this job reads, writing this job's
-    /// identity into a state that has none (in its own transaction, so it reaches the
+    /// Checks the state in `store` against the topic this job reads on `side`, writing this
+    /// job's identity into a state that has none (in its own transaction, so it reaches the
     /// changelog).
-    pub(super) fn check_input_identity(&self, store: &mut RocksStore) -> Result<(), TaskError> {
+    pub(super) fn check_input_identity(
+        &self,
+        store: &mut RocksStore,
+        side: Side,
+    ) -> Result<(), TaskError> {
+        let topic = self.topic_of(side);
         let ours = InputIdentity {
-            topic: self.context.config.kafka.input_topic.clone(),
-            topic_id: self.input_topic_id()?,
+            topic: topic.to_string(),
+            topic_id: self.input_topic_id(topic)?,
         };
-        let stored = store.get(keys::INPUT)?;
+        let key = sources::identity_key(side);
+        let stored = store.get(key)?;
         match judge(self.task, stored.as_deref(), &ours) {
             Verdict::Same => Ok(()),
             Verdict::Unmarked => {
                 tracing::info!(task = self.task, topic = %ours.topic, topic_id = %ours.topic_id, "the state has no input identity yet: recording this job's");
                 let mut changes = ChangeSet::new();
-                changes.put(keys::INPUT, encode(&ours)?);
-                self.commit_changes(store, changes, None)
+                changes.put(key, encode(&ours)?);
+                self.commit_changes(store, changes, Positions::default())
             }
             Verdict::Other(reason) => Err(TaskError::InputMismatch(reason)),
         }
     }
 
-    /// The input topic's id, asked in slices so a stop request ends the wait.
-    fn input_topic_id(&self) -> Result<String, TaskError> {
-        let topic = self.context.config.kafka.input_topic.as_str();
+    /// An input topic's id, asked in slices so a stop request ends the wait.
+    fn input_topic_id(&self, topic: &str) -> Result<String, TaskError> {
         let deadline = Instant::now() + KAFKA_TIMEOUT;
         loop {
             stop::check(self.context, "reading the input topic's id")?;

@@ -12,10 +12,14 @@
 //! - `claim`: a transactional producer that has fenced every older owner of the task;
 //! - `fence`: telling a real fence from a transaction the coordinator aborted for its timeout;
 //! - `commit_mark`: the assignment generation each input commit carries;
+//! - `sources`: the topics a task reads (the input, and a join's right topic), and where each
+//!   one's position and identity live in the state;
 //! - `input_position`: where the input resumes, and what happens when Kafka and the state
 //!   disagree;
 //! - `promotion`: the steps of a promotion, timed;
+//! - `merge`: the order in which a join's task takes the records of its two topics;
 //! - `processing_loop`: the exactly-once loop ([`ActiveLoop`]);
+//! - `watch`: each source's lag, and whether the consumer stalled on one;
 //! - `resume`: resuming the input where the state says, by `input_position`'s rule;
 //! - `identity`: which processor built the state (a check the loop commits).
 
@@ -26,10 +30,13 @@ mod fence;
 pub(super) mod identity;
 mod input_identity;
 pub(super) mod input_position;
+mod merge;
 mod processing_loop;
 pub(super) mod promotion;
 mod record_size;
 mod resume;
+pub(super) mod sources;
+mod watch;
 
 pub use commit_mark::last_commit_generations;
 pub use processing_loop::ActiveLoop;

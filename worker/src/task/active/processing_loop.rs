@@ -6,21 +6,23 @@
 
 use super::dead_letter::{self, DeadLetter};
 use super::input_position;
+use super::merge::Merge;
 use super::promotion::{PromotionClock, Step};
+use super::sources::{self, Positions};
 use super::{claim, commit_mark, fence, record_size};
 use crate::checkpoint::TaskCheckpoints;
 use crate::failpoint;
 use crate::kafka_client;
 use crate::metrics::{ReasonLabel, TaskLabel};
 use crate::processor::config::ProcessorConfig;
-use crate::processor::keys;
-use crate::processor::{Pipeline, ProcessError, ProcessOutput};
+use crate::processor::{Pipeline, Placement, ProcessError, ProcessOutput, RawInput, Side};
 use crate::store::{ChangeSet, Overlay, RocksStore, StateStore, TaskMetadata};
 use crate::task::changelog::changelog_consumer;
-use crate::task::consumer_watch::{self, ConsumerStall, ConsumerWatch};
+use crate::task::consumer_watch::{self, ConsumerWatch};
 use crate::task::{TaskError, WorkerContext, partition_of};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, OwnedMessage};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use std::time::{Duration, Instant};
@@ -47,6 +49,8 @@ pub struct ActiveLoop<'a> {
     pub(super) partition: i32,
     producer: FutureProducer,
     pub(super) input: BaseConsumer,
+    /// A join's right topic, read from the same partition as the input.
+    right_topic: Option<String>,
     pipeline: Pipeline,
     /// Set when this run is a promotion: its steps and first commit are timed from it.
     promotion: std::cell::RefCell<Option<PromotionClock>>,
@@ -79,6 +83,7 @@ impl<'a> ActiveLoop<'a> {
             partition,
             producer,
             input,
+            right_topic: config.processor.right_topic().map(str::to_string),
             pipeline,
             promotion: std::cell::RefCell::new(context.promoted_at.map(PromotionClock::since)),
         })
@@ -88,6 +93,27 @@ impl<'a> ActiveLoop<'a> {
     pub fn promotion_step(&self, step: Step) {
         if let Some(clock) = self.promotion.borrow_mut().as_mut() {
             clock.mark(step);
+        }
+    }
+
+    /// Checks each record's partition against its key from now on (a join's task).
+    pub(super) fn set_placement(&mut self, placement: Placement) {
+        self.pipeline.set_placement(placement);
+    }
+
+    /// The sources this task reads: the input, and a join's right topic.
+    pub(super) fn sides(&self) -> Vec<Side> {
+        match self.right_topic {
+            None => vec![Side::Left],
+            Some(_) => vec![Side::Left, Side::Right],
+        }
+    }
+
+    /// The topic `side` reads.
+    pub(super) fn topic_of(&self, side: Side) -> &str {
+        match (side, &self.right_topic) {
+            (Side::Right, Some(right)) => right,
+            _ => &self.context.config.kafka.input_topic,
         }
     }
 
@@ -127,6 +153,7 @@ impl<'a> ActiveLoop<'a> {
         let mut last_lag_check: Option<Instant> = None;
         let refresh_every = offset_refresh_interval();
         let mut input_watch = ConsumerWatch::new(consumer_watch::stall_after());
+        let mut merge = self.right_topic.as_ref().map(|_| Merge::default());
         let mut last_commit = Instant::now();
         // The input had nothing more at the last poll.
         let mut drained = false;
@@ -159,14 +186,10 @@ impl<'a> ActiveLoop<'a> {
                 checkpoints.maybe_checkpoint(store);
             }
             if last_lag_check.is_none_or(|at| at.elapsed() >= Duration::from_secs(2)) {
-                let stable_end = self.report_lag(store);
+                self.check_sources(store, txn.as_ref(), &mut input_watch)?;
                 last_lag_check = Some(Instant::now());
-                let position = self.input_position(store, txn.as_ref());
-                if let Some(stall) = input_watch.judge(position, stable_end, Instant::now()) {
-                    return Err(self.input_stalled(stall));
-                }
             }
-            let polled = self.input.poll(Duration::from_millis(20));
+            let polled = self.poll(merge.as_mut());
             input_watch.polled(matches!(polled, Some(Ok(_))), Instant::now());
             let message = match polled {
                 None => {
@@ -187,9 +210,7 @@ impl<'a> ActiveLoop<'a> {
             let open = txn
                 .as_mut()
                 .ok_or_else(|| TaskError::Internal("no transaction".into()))?;
-            let payload = message.payload().unwrap_or_default();
-            let timestamp = message.timestamp().to_millis();
-            self.process_one(store, open, payload, message.offset(), timestamp)?;
+            self.process_one(store, open, &message.raw())?;
             failpoint::hit("mid-transaction");
             if failpoint::reached("input-stops") {
                 self.stop_fetching_input()?;
@@ -197,19 +218,31 @@ impl<'a> ActiveLoop<'a> {
         }
     }
 
+    /// The next record: the input's as the consumer delivers them, or a join's two topics in
+    /// the order [`Merge`] decides.
+    fn poll(&self, merge: Option<&mut Merge>) -> Option<Result<Polled<'_>, KafkaError>> {
+        const WAIT: Duration = Duration::from_millis(20);
+        match (merge, &self.right_topic) {
+            (Some(merge), Some(right)) => merge
+                .next(&self.input, right, WAIT)
+                .transpose()
+                .map(|polled| polled.map(|(side, message)| Polled::Merged(side, message))),
+            _ => self
+                .input
+                .poll(WAIT)
+                .map(|polled| polled.map(Polled::Input)),
+        }
+    }
+
     fn process_one(
         &self,
         store: &RocksStore,
         txn: &mut Transaction,
-        payload: &[u8],
-        offset: i64,
-        timestamp_ms: Option<i64>,
+        input: &RawInput<'_>,
     ) -> Result<(), TaskError> {
         let changes = std::mem::take(&mut txn.changes);
         let mut overlay = Overlay::with_changes(store, changes);
-        let result =
-            self.pipeline
-                .process(payload, self.partition, offset, timestamp_ms, &mut overlay);
+        let result = self.pipeline.process_input(input, &mut overlay);
         // A record whose derived records cannot be produced would wedge the partition: its
         // changes are undone and it goes to the dead-letter topic instead.
         let result = result.map(|output| {
@@ -224,7 +257,7 @@ impl<'a> ActiveLoop<'a> {
         }
         txn.changes = overlay.into_changes();
         txn.records += 1;
-        txn.next_input_offset = Some(offset + 1);
+        txn.positions.set(input.side, input.offset + 1);
         let label = TaskLabel { task: self.task };
         self.context
             .metrics
@@ -237,7 +270,7 @@ impl<'a> ActiveLoop<'a> {
             Err(ProcessError::BadRecord(reason)) => (reason.reason(), reason.to_string()),
             Err(other) => return Err(TaskError::Process(other)),
         };
-        self.send_dead_letter(txn, payload, offset, reason, detail)
+        self.send_dead_letter(txn, input, reason, detail)
     }
 
     /// Produces a processed record's output into the open transaction.
@@ -264,24 +297,24 @@ impl<'a> ActiveLoop<'a> {
         Ok(())
     }
 
-    /// Sends the input record at `offset` to the dead-letter topic in the open transaction.
+    /// Sends the input record `input` to the dead-letter topic in the open transaction.
     fn send_dead_letter(
         &self,
         txn: &mut Transaction,
-        payload: &[u8],
-        offset: i64,
+        input: &RawInput<'_>,
         reason: &str,
         detail: String,
     ) -> Result<(), TaskError> {
         let kafka = &self.context.config.kafka;
+        let offset = input.offset;
         let letter = DeadLetter {
             reason,
             detail,
-            topic: &kafka.input_topic,
+            topic: self.topic_of(input.side),
             partition: self.partition,
             offset,
         };
-        let (headers, kept) = letter.record(payload);
+        let (headers, kept) = letter.record(input.payload.unwrap_or_default());
         let mut record = FutureRecord::<(), [u8]>::to(&kafka.dead_letter_topic).headers(headers);
         if let Some(kept) = kept {
             record = record.payload(kept);
@@ -303,11 +336,11 @@ impl<'a> ActiveLoop<'a> {
     /// applies the changes to local state.
     fn commit(&self, store: &mut RocksStore, mut txn: Transaction) -> Result<(), TaskError> {
         let kafka = &self.context.config.kafka;
-        // The input position travels with the state (see `input_position`).
-        if let Some(next_input_offset) = txn.next_input_offset {
+        // The input positions travel with the state (see `input_position`).
+        for (side, next) in txn.positions.moved() {
             txn.changes.put(
-                keys::INPUT_POSITION,
-                input_position::encode_position(next_input_offset),
+                sources::position_key(side),
+                input_position::encode_position(next),
             );
         }
         let mut last_changelog: Option<DeliveryFuture> = None;
@@ -321,9 +354,7 @@ impl<'a> ActiveLoop<'a> {
             last_changelog = Some(self.send(record)?);
         }
         let changelog_records = txn.changes.len() as u64;
-        if let Some(next_input_offset) = txn.next_input_offset {
-            self.send_input_offset(next_input_offset)?;
-        }
+        self.send_input_offsets(txn.positions)?;
         self.producer
             .commit_transaction(KAFKA_TIMEOUT)
             .map_err(|e| TaskError::kafka("commit_transaction", e))?;
@@ -332,7 +363,7 @@ impl<'a> ActiveLoop<'a> {
         let mut meta = store
             .metadata()
             .unwrap_or_else(|| TaskMetadata::initial(self.task));
-        if let Some(next_input_offset) = txn.next_input_offset {
+        if let Some(next_input_offset) = txn.positions.left {
             meta.next_input_offset = next_input_offset;
         }
         if let Some(future) = last_changelog {
@@ -353,16 +384,23 @@ impl<'a> ActiveLoop<'a> {
         Ok(())
     }
 
-    /// Adds the input position `next_input_offset` to the open transaction, marked with the
-    /// assignment generation this role runs under (`commit_mark`).
-    fn send_input_offset(&self, next_input_offset: i64) -> Result<(), TaskError> {
-        let kafka = &self.context.config.kafka;
+    /// Adds the input positions the transaction moved to it, marked with the assignment
+    /// generation this role runs under (`commit_mark`).
+    fn send_input_offsets(&self, positions: Positions) -> Result<(), TaskError> {
         let mut offsets = TopicPartitionList::new();
-        let mut offset = offsets.add_partition(&kafka.input_topic, self.partition);
-        offset
-            .set_offset(Offset::Offset(next_input_offset))
-            .map_err(|e| TaskError::kafka("building the offsets", e))?;
-        offset.set_metadata(commit_mark::encode(self.context.generation));
+        for (side, next) in positions.moved() {
+            if side == Side::Right && self.right_topic.is_none() {
+                continue;
+            }
+            let mut offset = offsets.add_partition(self.topic_of(side), self.partition);
+            offset
+                .set_offset(Offset::Offset(next))
+                .map_err(|e| TaskError::kafka("building the offsets", e))?;
+            offset.set_metadata(commit_mark::encode(self.context.generation));
+        }
+        if offsets.count() == 0 {
+            return Ok(());
+        }
         let group = self.input.group_metadata().ok_or_else(|| {
             TaskError::Internal("the input consumer has no group metadata".into())
         })?;
@@ -400,21 +438,21 @@ impl<'a> ActiveLoop<'a> {
     }
 
     /// Commits `changes` in one Kafka transaction that consumes no input, then applies them to
-    /// local state; with `input_offset` the transaction also moves the committed input position
-    /// there. A restore request records itself, and a restore from the input rewrites the
-    /// changelog, this way.
+    /// local state; the transaction also moves the committed input positions to `positions`.
+    /// A restore request records itself, and a restore from the input rewrites the changelog,
+    /// this way.
     pub fn commit_changes(
         &self,
         store: &mut RocksStore,
         changes: ChangeSet,
-        input_offset: Option<i64>,
+        positions: Positions,
     ) -> Result<(), TaskError> {
         self.producer
             .begin_transaction()
             .map_err(|e| TaskError::kafka("begin_transaction", e))?;
         let mut txn = Transaction::new();
         txn.changes = changes;
-        txn.next_input_offset = input_offset;
+        txn.positions = positions;
         self.commit(store, txn)
     }
 
@@ -429,7 +467,11 @@ impl<'a> ActiveLoop<'a> {
         else {
             return Ok(());
         };
-        self.commit_changes(store, ChangeSet::new(), Some(position))?;
+        let mut positions = Positions::left(position);
+        if self.right_topic.is_some() {
+            positions.right = Some(self.state_position(store, Side::Right)?);
+        }
+        self.commit_changes(store, ChangeSet::new(), positions)?;
         self.context
             .metrics
             .input_offset_refreshes
@@ -461,73 +503,62 @@ impl<'a> ActiveLoop<'a> {
             }
         }
     }
-
-    /// Shows the input lag and returns the input's end as this consumer may read it (its last
-    /// stable offset under `read_committed`), or `None` when the broker did not answer.
-    fn report_lag(&self, store: &RocksStore) -> Option<i64> {
-        let topic = &self.context.config.kafka.input_topic;
-        let (_, stable_end) = self
-            .input
-            .fetch_watermarks(topic, self.partition, Duration::from_secs(1))
-            .ok()?;
-        let position = store.metadata().map_or(0, |m| m.next_input_offset);
-        let lag = (stable_end - position).max(0);
-        self.context
-            .metrics
-            .input_lag_records
-            .get_or_create(&TaskLabel { task: self.task })
-            .set(lag);
-        self.context
-            .board
-            .update(self.task, |r| r.input_lag = Some(lag));
-        Some(stable_end)
-    }
-
-    /// Where the input consumer stands: its own position, which moves past transaction markers,
-    /// or, before it returned anything, where this run resumed.
-    fn input_position(&self, store: &RocksStore, txn: Option<&Transaction>) -> i64 {
-        let topic = &self.context.config.kafka.input_topic;
-        consumer_watch::position_of(&self.input, topic, self.partition)
-            .or_else(|| txn.and_then(|open| open.next_input_offset))
-            .unwrap_or_else(|| store.metadata().map_or(0, |m| m.next_input_offset))
-    }
-
-    /// Counts and reports a stalled input consumer; the error restarts the role from the
-    /// committed state with a new consumer (see `consumer_watch`).
-    fn input_stalled(&self, stall: ConsumerStall) -> TaskError {
-        consumer_watch::report(self.context, self.task, "input", &stall);
-        TaskError::ConsumerStalled(format!("input: {stall}"))
-    }
-
-    /// The `input-stops` failpoint: the consumer stops fetching as a stalled one does, while the
-    /// broker keeps serving it.
-    fn stop_fetching_input(&self) -> Result<(), TaskError> {
-        let mut partitions = TopicPartitionList::new();
-        partitions.add_partition(&self.context.config.kafka.input_topic, self.partition);
-        self.input
-            .pause(&partitions)
-            .map_err(|e| TaskError::kafka("pausing the input (failpoint)", e))
-    }
 }
 
 /// The open Kafka transaction: the overlay of state changes and what it has consumed.
-struct Transaction {
+pub(super) struct Transaction {
     started: Instant,
     records: u32,
-    /// Where the input resumes after this transaction; `None` when it consumed no input.
-    next_input_offset: Option<i64>,
+    /// Where each source resumes after this transaction.
+    positions: Positions,
     changes: ChangeSet,
     pending: Vec<DeliveryFuture>,
 }
 
 impl Transaction {
+    /// Where `side` resumes after this transaction, if it consumed any of it.
+    pub(super) fn positions_of(&self, side: Side) -> Option<i64> {
+        match side {
+            Side::Left => self.positions.left,
+            Side::Right => self.positions.right,
+        }
+    }
+
     fn new() -> Self {
         Self {
             started: Instant::now(),
             records: 0,
-            next_input_offset: None,
+            positions: Positions::default(),
             changes: ChangeSet::new(),
             pending: Vec::new(),
         }
+    }
+}
+
+/// A record the loop polled: the input's, borrowed from the consumer, or one of a join's two
+/// topics, taken out of the consumer by [`Merge`].
+enum Polled<'c> {
+    Input(BorrowedMessage<'c>),
+    Merged(Side, OwnedMessage),
+}
+
+impl Polled<'_> {
+    /// The record as the pipeline reads it.
+    fn raw(&self) -> RawInput<'_> {
+        match self {
+            Polled::Input(message) => raw_input(Side::Left, message),
+            Polled::Merged(side, message) => raw_input(*side, message),
+        }
+    }
+}
+
+fn raw_input<M: Message>(side: Side, message: &M) -> RawInput<'_> {
+    RawInput {
+        side,
+        kafka_key: message.key(),
+        payload: message.payload(),
+        partition: message.partition(),
+        offset: message.offset(),
+        timestamp_ms: message.timestamp().to_millis(),
     }
 }

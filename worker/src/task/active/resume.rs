@@ -1,11 +1,14 @@
 //! Resuming the input of an active task where the state's own position says, by the rule in
 //! `input_position` (which decides, purely; this carries the decision out on the partition),
-//! and reading the partition's committed offset and watermarks.
+//! and reading the partition's committed offset and watermarks. A join resumes each of its two
+//! sources by the same rule.
 
-use super::input_position::{self, InputFacts, InputStart};
+use super::input_position::{self, InputFacts, InputStart, Resume};
 use super::processing_loop::{ActiveLoop, KAFKA_TIMEOUT};
+use super::sources::{self, Positions};
 use crate::metrics::{ReasonLabel, TaskLabel};
-use crate::store::{ChangeSet, RocksStore};
+use crate::processor::{Placement, Side};
+use crate::store::{ChangeSet, RocksStore, StateStore};
 use crate::task::{TaskError, stop};
 use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
@@ -16,12 +19,61 @@ impl ActiveLoop<'_> {
     /// disagreement is repaired (committed again), a recovery gap reported, never either one
     /// silently followed.
     pub fn resume_input(&mut self, store: &mut RocksStore) -> Result<(), TaskError> {
-        // The state's position is an offset of the topic it was built from: only there.
-        self.check_input_identity(store)?;
-        let topic = self.context.config.kafka.input_topic.as_str();
-        let committed = self.committed_input_offset()?;
-        let (log_start, log_end) = self.input_watermarks()?;
-        let state_position = store.metadata().map_or(0, |m| m.next_input_offset);
+        // A join's topics must still be co-partitioned (see `sources`), and each record is
+        // checked against its key's placement.
+        let partitioner = self.context.config.processor.partitioner();
+        if let Some(partitioner) = partitioner
+            && let Some(partitions) = self.source_partitions()?
+        {
+            self.set_placement(Placement {
+                partitioner,
+                partitions,
+            });
+        }
+        let mut assignment = TopicPartitionList::new();
+        let mut again = Positions::default();
+        let mut resumed = Vec::new();
+        for side in self.sides() {
+            // The state's position is an offset of the topic it was built from: only there.
+            self.check_input_identity(store, side)?;
+            let resume = self.resume_source(store, side)?;
+            let topic = self.topic_of(side);
+            assignment
+                .add_partition_offset(topic, self.partition, Offset::Offset(resume.offset))
+                .map_err(|e| TaskError::kafka("assigning the input partition", e))?;
+            if resume.commit_again() {
+                again.set(side, resume.offset);
+            }
+            resumed.push((topic.to_string(), resume.offset));
+        }
+        self.input
+            .assign(&assignment)
+            .map_err(|e| TaskError::kafka("assigning the input partition", e))?;
+        if again.moved().next().is_some() {
+            self.commit_changes(store, ChangeSet::new(), again)?;
+        }
+        let changelog_offset = store.metadata().map_or(0, |m| m.next_changelog_offset);
+        let input_offset = resumed.first().map_or(0, |(_, offset)| *offset);
+        tracing::info!(
+            task = self.task,
+            input_offset,
+            ?resumed,
+            changelog_offset,
+            "resuming input"
+        );
+        self.context.board.update(self.task, |r| {
+            r.next_input_offset = Some(input_offset);
+            r.next_changelog_offset = Some(changelog_offset);
+        });
+        Ok(())
+    }
+
+    /// Decides where `side` resumes, and reports a gap or a disagreement with Kafka.
+    fn resume_source(&self, store: &RocksStore, side: Side) -> Result<Resume, TaskError> {
+        let topic = self.topic_of(side);
+        let committed = self.committed_offset(topic)?;
+        let (log_start, log_end) = self.watermarks(topic)?;
+        let state_position = self.state_position(store, side)?;
         let facts = InputFacts {
             state_position,
             committed,
@@ -32,13 +84,6 @@ impl ActiveLoop<'_> {
             InputStart::Resume(resume) => resume,
             InputStart::Stop(reason) => return Err(TaskError::InputPosition(reason)),
         };
-        let mut assignment = TopicPartitionList::new();
-        assignment
-            .add_partition_offset(topic, self.partition, Offset::Offset(resume.offset))
-            .map_err(|e| TaskError::kafka("assigning the input partition", e))?;
-        self.input
-            .assign(&assignment)
-            .map_err(|e| TaskError::kafka("assigning the input partition", e))?;
         if let Some(gap) = resume.gap {
             self.context
                 .metrics
@@ -47,6 +92,7 @@ impl ActiveLoop<'_> {
                 .inc_by(gap.records());
             tracing::error!(
                 task = self.task,
+                %topic,
                 from_offset = gap.from_offset,
                 to_offset = gap.to_offset,
                 records = gap.records(),
@@ -65,29 +111,30 @@ impl ActiveLoop<'_> {
                     reason: disagreement.as_str().into(),
                 })
                 .inc();
-            tracing::warn!(task = self.task, committed = ?committed, state_position, resume_at = resume.offset, how = disagreement.as_str(), "Kafka's committed input offset disagrees with the state's position; the state is the truth, committing its position again");
+            tracing::warn!(task = self.task, %topic, committed = ?committed, state_position, resume_at = resume.offset, how = disagreement.as_str(), "Kafka's committed input offset disagrees with the state's position; the state is the truth, committing its position again");
         }
-        if resume.commit_again() {
-            self.commit_changes(store, ChangeSet::new(), Some(resume.offset))?;
-        }
-        let changelog_offset = store.metadata().map_or(0, |m| m.next_changelog_offset);
-        tracing::info!(
-            task = self.task,
-            input_offset = resume.offset,
-            ?committed,
-            changelog_offset,
-            "resuming input"
-        );
-        self.context.board.update(self.task, |r| {
-            r.next_input_offset = Some(resume.offset);
-            r.next_changelog_offset = Some(changelog_offset);
-        });
-        Ok(())
+        Ok(resume)
+    }
+
+    /// The next offset of `side` the state has not consumed: the metadata's for the input, the
+    /// state's own key for a join's right topic.
+    pub(super) fn state_position(&self, store: &RocksStore, side: Side) -> Result<i64, TaskError> {
+        Ok(match side {
+            Side::Left => store.metadata().map_or(0, |m| m.next_input_offset),
+            Side::Right => store
+                .get(sources::position_key(side))?
+                .as_deref()
+                .and_then(input_position::decode_position)
+                .unwrap_or(0),
+        })
     }
 
     /// The committed input position of this task's partition, if any.
     pub fn committed_input_offset(&self) -> Result<Option<i64>, TaskError> {
-        let topic = self.context.config.kafka.input_topic.as_str();
+        self.committed_offset(self.topic_of(Side::Left))
+    }
+
+    fn committed_offset(&self, topic: &str) -> Result<Option<i64>, TaskError> {
         let mut wanted = TopicPartitionList::new();
         wanted.add_partition(topic, self.partition);
         let committed = stop::kafka_call(
@@ -104,12 +151,11 @@ impl ActiveLoop<'_> {
 
     /// The first offset of this task's input partition the broker still holds.
     pub fn input_log_start(&self) -> Result<i64, TaskError> {
-        Ok(self.input_watermarks()?.0)
+        Ok(self.watermarks(self.topic_of(Side::Left))?.0)
     }
 
-    /// The first and the next offset of this task's input partition.
-    fn input_watermarks(&self) -> Result<(i64, i64), TaskError> {
-        let topic = self.context.config.kafka.input_topic.as_str();
+    /// The first and the next offset of this task's partition of `topic`.
+    fn watermarks(&self, topic: &str) -> Result<(i64, i64), TaskError> {
         stop::kafka_call(
             self.context,
             KAFKA_TIMEOUT,

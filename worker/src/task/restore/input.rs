@@ -16,6 +16,7 @@ use crate::processor::keys;
 use crate::store::metadata::is_reserved_key;
 use crate::store::{ChangeSet, RocksStore, StateStore};
 use crate::task::active::ActiveLoop;
+use crate::task::active::sources::Positions;
 use crate::task::changelog::ChangelogProbe;
 use crate::task::{TaskError, WorkerContext, partition_of, stop};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -249,7 +250,11 @@ impl<'a> ChangelogRewrite<'a, '_> {
         input_offset: Option<i64>,
     ) -> Result<(), TaskError> {
         let changes = std::mem::take(&mut self.batch);
-        self.active.commit_changes(store, changes, input_offset)?;
+        let positions = Positions {
+            left: input_offset,
+            right: None,
+        };
+        self.active.commit_changes(store, changes, positions)?;
         self.progress.add_done(
             std::mem::take(&mut self.units),
             std::mem::take(&mut self.batch_bytes),

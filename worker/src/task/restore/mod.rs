@@ -36,6 +36,7 @@ use self::progress::Progress;
 use self::replay::{ReplayRange, replay};
 use self::retention::{RetentionLookup, now_ms};
 use super::active::ActiveLoop;
+use super::active::sources::Positions;
 use super::changelog::ChangelogProbe;
 use super::{TaskError, WorkerContext, partition_of, stop};
 use crate::checkpoint::CheckpointError;
@@ -104,11 +105,12 @@ pub(super) fn restore_task(
         RestoreReplaySource::Changelog => {
             let mode = Mode::Requested(choice);
             restore_from_changelog(context, task, store, OpenOutcome::Empty, &consumer, mode)?;
-            let (changes, input_offset) = applied(request);
+            let joins = context.config.processor.right_topic().is_some();
+            let (changes, positions) = applied(request, joins);
             if request.adopt_input {
                 tracing::warn!(task, id = %request.id, topic = %context.config.kafka.input_topic, "the restore request adopts the input: the state forgets the topic it was built from, and the task reads this one from its first record");
             }
-            active.commit_changes(store, changes, input_offset)?;
+            active.commit_changes(store, changes, positions)?;
         }
         RestoreReplaySource::Input => {
             let rebuilder = Rebuilder {
@@ -139,18 +141,22 @@ fn report_applied(context: &WorkerContext, task: u32, store: &RocksStore) -> Res
     Ok(())
 }
 
-/// The changes that mark `request` applied, and the input position they set. A request that
-/// adopts the input also forgets which input the state was built from and its position there:
-/// position 0 (nothing consumed) resumes the current topic at its first record, and the task's
-/// input check then records the current topic as the state's.
-fn applied(request: &RestoreRequestDocument) -> (ChangeSet, Option<i64>) {
+/// The changes that mark `request` applied, and the input positions they set. A request that
+/// adopts the input also forgets which input the state was built from and its position there
+/// (both inputs of a join, `joins`): position 0 (nothing consumed) resumes the current topic at
+/// its first record, and the task's input check then records the current topic as the state's.
+fn applied(request: &RestoreRequestDocument, joins: bool) -> (ChangeSet, Positions) {
     let mut changes = marker(&request.id);
-    if request.adopt_input {
-        changes.delete(keys::INPUT);
-        (changes, Some(0))
-    } else {
-        (changes, None)
+    if !request.adopt_input {
+        return (changes, Positions::default());
     }
+    changes.delete(keys::INPUT);
+    let mut positions = Positions::left(0);
+    if joins {
+        changes.delete(keys::RIGHT_INPUT);
+        positions.right = Some(0);
+    }
+    (changes, positions)
 }
 
 fn marker(id: &str) -> ChangeSet {

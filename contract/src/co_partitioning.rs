@@ -1,0 +1,207 @@
+//! Co-partitioning, judged by evidence: which partition each partitioner puts a key in, and
+//! what a record's actual partition says about the partitioner that placed it.
+//!
+//! A join reads partition `i` of both of its topics in one task, so a key must sit in the same
+//! partition of both. Equal partition counts are necessary, not sufficient: two producers that
+//! place keys differently (the Java client hashes with murmur2, librdkafka's default with
+//! crc32) put a key in different partitions, and its records never meet. The worker checks each
+//! record's partition against its key with [`fits`]; the operator compares partition counts
+//! before anything starts ([`partition_counts`]).
+
+use serde::{Deserialize, Serialize};
+
+/// How a producer maps a key to a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Partitioner {
+    /// The Java client's default (`Utils.murmur2`, positive part, modulo the partition count);
+    /// librdkafka's `murmur2` and `murmur2_random` match it.
+    Murmur2,
+    /// librdkafka's default for keyed records (`consistent` and `consistent_random`): CRC-32
+    /// (IEEE) of the key, modulo the partition count.
+    Crc32,
+}
+
+impl Partitioner {
+    pub const ALL: [Partitioner; 2] = [Partitioner::Murmur2, Partitioner::Crc32];
+
+    /// The name the job's spec and the conditions use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Partitioner::Murmur2 => "murmur2",
+            Partitioner::Crc32 => "crc32",
+        }
+    }
+
+    /// The partition this partitioner puts `key` in, among `partitions` (> 0).
+    pub fn partition(self, key: &[u8], partitions: u32) -> u32 {
+        let partitions = partitions.max(1);
+        match self {
+            Partitioner::Murmur2 => (murmur2(key) & 0x7fff_ffff) % partitions,
+            Partitioner::Crc32 => crc32(key) % partitions,
+        }
+    }
+}
+
+/// Kafka's murmur2 as the Java client computes it (`org.apache.kafka.common.utils.Utils`),
+/// as the unsigned bits of its `int`.
+pub fn murmur2(data: &[u8]) -> u32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    const R: u32 = 24;
+    // The Java code takes the length as an int; keys are far below 2^31 bytes.
+    let length = u32::try_from(data.len()).unwrap_or(u32::MAX);
+    let mut h = SEED ^ length;
+    let mut chunks = data.chunks_exact(4);
+    for chunk in &mut chunks {
+        let mut k = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    let tail = chunks.remainder();
+    if !tail.is_empty() {
+        for (i, byte) in tail.iter().enumerate().rev() {
+            h ^= u32::from(*byte) << (8 * i);
+        }
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h
+}
+
+/// CRC-32 (IEEE 802.3, reflected, as zlib and librdkafka's `rd_crc32` compute it).
+pub fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for byte in data {
+        crc ^= u32::from(*byte);
+        for _ in 0..8 {
+            let mask = (crc & 1).wrapping_neg();
+            crc = (crc >> 1) ^ (0xedb8_8320 & mask);
+        }
+    }
+    !crc
+}
+
+/// Whether a record of `key` read in `partition` of a topic of `partitions` could have been
+/// placed there by `partitioner`.
+pub fn fits(partitioner: Partitioner, key: &[u8], partition: u32, partitions: u32) -> bool {
+    partitioner.partition(key, partitions) == partition
+}
+
+/// The partitioners a record's placement is consistent with (empty: none of the known ones,
+/// e.g. a custom partitioner or records written to explicit partitions).
+pub fn consistent_with(key: &[u8], partition: u32, partitions: u32) -> Vec<Partitioner> {
+    Partitioner::ALL
+        .into_iter()
+        .filter(|partitioner| fits(*partitioner, key, partition, partitions))
+        .collect()
+}
+
+/// The refusal of two topics whose partition counts differ: no key placement can make their
+/// partitions meet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "not co-partitioned: {left_topic} has {left_partitions} partitions and {right_topic} has {right_partitions}; a join needs equal counts (and the same partitioner)"
+)]
+pub struct PartitionCountMismatch {
+    pub left_topic: String,
+    pub left_partitions: i32,
+    pub right_topic: String,
+    pub right_partitions: i32,
+}
+
+/// The two sides' partition counts, judged: equal is the only co-partitioned case.
+pub fn partition_counts(
+    (left_topic, left_partitions): (&str, i32),
+    (right_topic, right_partitions): (&str, i32),
+) -> Result<(), PartitionCountMismatch> {
+    if left_partitions == right_partitions {
+        return Ok(());
+    }
+    Err(PartitionCountMismatch {
+        left_topic: left_topic.to_string(),
+        left_partitions,
+        right_topic: right_topic.to_string(),
+        right_partitions,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kafka's own vectors (`UtilsTest.testMurmur2` in the Java client), as signed ints.
+    #[test]
+    fn murmur2_matches_the_java_clients_vectors() {
+        let cases: [(&[u8], i32); 6] = [
+            (b"21", -973_932_308),
+            (b"foobar", -790_332_482),
+            (b"a-little-bit-long-string", -985_981_536),
+            (b"a-little-bit-longer-string", -1_486_304_829),
+            (
+                b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+                -58_897_971,
+            ),
+            (b"abc", 479_470_107),
+        ];
+        for (key, java) in cases {
+            assert_eq!(murmur2(key).cast_signed(), java, "{key:?}");
+        }
+    }
+
+    #[test]
+    fn crc32_matches_the_ieee_check_value() {
+        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
+        assert_eq!(crc32(b""), 0);
+        assert_eq!(
+            crc32(b"The quick brown fox jumps over the lazy dog"),
+            0x414f_a339
+        );
+    }
+
+    #[test]
+    fn the_evidence_names_the_partitioners_a_placement_fits() {
+        // A key the two partitioners place apart among 8 partitions.
+        let key = (0..1000)
+            .map(|i| format!("card-{i}"))
+            .find(|key| {
+                Partitioner::Murmur2.partition(key.as_bytes(), 8)
+                    != Partitioner::Crc32.partition(key.as_bytes(), 8)
+            })
+            .unwrap();
+        let key = key.as_bytes();
+        let by_murmur = Partitioner::Murmur2.partition(key, 8);
+        let by_crc = Partitioner::Crc32.partition(key, 8);
+        assert_eq!(consistent_with(key, by_murmur, 8), [Partitioner::Murmur2]);
+        assert_eq!(consistent_with(key, by_crc, 8), [Partitioner::Crc32]);
+        let neither = (0..8).find(|p| *p != by_murmur && *p != by_crc).unwrap();
+        assert!(consistent_with(key, neither, 8).is_empty());
+        // One partition: every placement fits every partitioner.
+        assert_eq!(consistent_with(key, 0, 1), Partitioner::ALL);
+    }
+
+    #[test]
+    fn unequal_partition_counts_are_refused_naming_both_topics() {
+        assert_eq!(partition_counts(("a", 6), ("b", 6)), Ok(()));
+        let refused = partition_counts(("transactions", 6), ("cards", 4)).unwrap_err();
+        let text = refused.to_string();
+        for part in ["transactions has 6", "cards has 4"] {
+            assert!(text.contains(part), "{text}");
+        }
+    }
+
+    #[test]
+    fn partitioner_names_round_trip() {
+        for partitioner in Partitioner::ALL {
+            let json = serde_json::to_string(&partitioner).unwrap();
+            assert_eq!(json, format!("\"{}\"", partitioner.as_str()));
+            let back: Partitioner = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, partitioner);
+        }
+    }
+}

@@ -1,0 +1,444 @@
+//! Joins against the real Kafka broker: the worker's output is compared with the expected join
+//! computed here, independently of the worker's code, from the records produced to both topics;
+//! an abort in the middle of a transaction changes nothing in it (exactly once, both topics'
+//! positions in the state).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod support;
+
+use rdkafka::TopicPartitionList;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, Producer};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use streamkeeper_contract::co_partitioning::Partitioner;
+use streamkeeper_contract::worker_config::{
+    JoinKind, JoinMode, JoinRight, JoinWindowConfig, ProcessorConfig, ProcessorKind,
+};
+use support::*;
+
+const PARTITIONS: i32 = 4;
+const CARDS: u32 = 60;
+
+/// A record as produced: its Kafka key, its value (`None`: a tombstone) and its timestamp,
+/// which is also its event time.
+#[derive(Clone, Debug)]
+struct Produced {
+    key: String,
+    value: Option<Value>,
+    time: i64,
+}
+
+/// One output record as compared: key, left and right sides.
+type Joined = (String, Value, Value);
+
+/// An hour ago: recent enough for the topics' retention, with room for the records' times.
+fn base_time() -> i64 {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    i64::try_from(now.as_millis()).unwrap() - 3_600_000
+}
+
+/// Produces `records` to `topic`, each in the partition murmur2 (the Java client's default)
+/// gives its key, with its time as the Kafka timestamp.
+fn produce_placed(topic: &str, records: &[Produced]) {
+    produce_placed_by(topic, records, Partitioner::Murmur2);
+}
+
+/// [`produce_placed`] by `partitioner`.
+fn produce_placed_by(topic: &str, records: &[Produced], partitioner: Partitioner) {
+    let producer = producer();
+    for record in records {
+        let partition = partitioner.partition(record.key.as_bytes(), PARTITIONS as u32);
+        let payload = record.value.as_ref().map(|value| value.to_string());
+        let mut message = BaseRecord::<String, String>::to(topic)
+            .key(&record.key)
+            .partition(i32::try_from(partition).unwrap())
+            .timestamp(record.time);
+        if let Some(payload) = &payload {
+            message = message.payload(payload);
+        }
+        let mut message = message;
+        loop {
+            match producer.send(message) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    message = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+    producer.flush(TIMEOUT).unwrap();
+}
+
+async fn topic(name: &str) -> String {
+    let topic = unique_name(name);
+    create_topic(&topic, PARTITIONS, false).await;
+    topic
+}
+
+fn join_processor(
+    join: JoinKind,
+    mode: JoinMode,
+    right: JoinRight,
+    window: Option<JoinWindowConfig>,
+    history: Option<Duration>,
+) -> ProcessorConfig {
+    ProcessorConfig {
+        key_field: "card".into(),
+        time_field: Some("ts".into()),
+        kind: ProcessorKind::Join {
+            join,
+            mode,
+            right,
+            window,
+            history,
+            partitioner: Partitioner::Murmur2,
+        },
+    }
+}
+
+/// The committed offsets of the job's group in `topic`, per partition (-1: none).
+fn committed(job: &Job, topic: &str) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .set("group.id", job.config.job.group_id())
+        .create()
+        .unwrap();
+    let mut wanted = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        wanted.add_partition(topic, p);
+    }
+    let offsets = retrying("reading committed offsets", || {
+        consumer.committed_offsets(wanted.clone(), TIMEOUT)
+    });
+    (0..PARTITIONS)
+        .map(|p| {
+            let offset = offsets
+                .find_partition(topic, p)
+                .and_then(|e| e.offset().to_raw())
+                .unwrap_or(-1);
+            (p, offset)
+        })
+        .collect()
+}
+
+/// Waits until the job has committed every record of `topics` (or the worker exits).
+fn wait_consumed(job: &Job, worker: &mut Worker, topics: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    for topic in topics {
+        let ends = end_offsets(topic, PARTITIONS);
+        while committed(job, topic) != ends {
+            if let Some(status) = worker.child.try_wait().unwrap() {
+                panic!("worker exited with {status}; log:\n{}", worker.log_tail());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{topic} not consumed: committed {:?}, ends {ends:?}; log:\n{}",
+                committed(job, topic),
+                worker.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// The job's committed output, as (key, left, right), sorted.
+fn joined_output(job: &Job) -> Vec<Joined> {
+    let mut joined: Vec<Joined> = job
+        .output()
+        .into_values()
+        .flatten()
+        .map(|(key, value)| {
+            let value: Value = serde_json::from_str(&value).unwrap();
+            (key, value["left"].clone(), value["right"].clone())
+        })
+        .collect();
+    joined.sort_by_key(|entry| format!("{entry:?}"));
+    joined
+}
+
+fn sorted(mut joined: Vec<Joined>) -> Vec<Joined> {
+    joined.sort_by_key(|entry| format!("{entry:?}"));
+    joined
+}
+
+/// The expected table join, computed from what was produced: each transaction meets the
+/// version of its card with the greatest time at or before its own (a tombstone: none).
+fn expected_table_join(table: &[Produced], stream: &[Produced], mode: JoinMode) -> Vec<Joined> {
+    let mut joined = Vec::new();
+    for record in stream {
+        let version = table
+            .iter()
+            .filter(|version| version.key == record.key && version.time <= record.time)
+            .max_by_key(|version| version.time);
+        let right = version.and_then(|version| version.value.clone());
+        match (right, mode) {
+            (Some(right), _) => {
+                joined.push((record.key.clone(), record.value.clone().unwrap(), right))
+            }
+            (None, JoinMode::Left) => {
+                joined.push((
+                    record.key.clone(),
+                    record.value.clone().unwrap(),
+                    Value::Null,
+                ));
+            }
+            (None, _) => {}
+        }
+    }
+    sorted(joined)
+}
+
+fn card(index: u32) -> String {
+    format!("card-{index}")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_join_meets_the_table_as_of_each_records_time_exactly_once_across_a_crash() {
+    let base = base_time();
+    let cards = topic("cards").await;
+    let transactions = topic("transactions").await;
+    // Versions of the card table: a first limit for every card, a raise for a third of them
+    // later, a tombstone for some (a deleted card), and a card that never had a version.
+    let mut table = Vec::new();
+    for i in 0..CARDS {
+        let version = |limit: u32, time: i64| Produced {
+            key: card(i),
+            value: Some(json!({"card": card(i), "limit": limit, "ts": time})),
+            time,
+        };
+        table.push(version(100 + i, base + 1_000));
+        if i % 3 == 0 {
+            table.push(version(500 + i, base + 300_000));
+        }
+        if i % 10 == 7 {
+            table.push(Produced {
+                key: card(i),
+                value: None,
+                time: base + 600_000,
+            });
+        }
+    }
+    // Transactions over 15 minutes, and a few before any card version existed.
+    let stream: Vec<Produced> = (0..3_000u32)
+        .map(|n| {
+            let key = card((n * 7) % (CARDS + 1));
+            let time = base + if n < 20 { 500 } else { i64::from(n) * 300 };
+            Produced {
+                value: Some(json!({"card": key, "amount": n % 97, "ts": time, "n": n})),
+                key,
+                time,
+            }
+        })
+        .collect();
+
+    let processor = join_processor(
+        JoinKind::Table,
+        JoinMode::Left,
+        JoinRight {
+            topic: cards.clone(),
+            key_field: None,
+            time_field: Some("ts".into()),
+        },
+        None,
+        Some(Duration::from_secs(24 * 3600)),
+    );
+    let job = Job::new("enrich", &transactions, PARTITIONS, processor).await;
+    // The first worker aborts in the middle of a transaction once it has processed the table
+    // (fewer than 100 records) and part of the stream's first half; the second one resumes both
+    // topics from the state's positions.
+    let mut worker = job.start(Some("mid-transaction:800"));
+    produce_placed(&cards, &table);
+    wait_consumed(&job, &mut worker, &[&cards]);
+    produce_placed(&transactions, &stream[..1_500]);
+    assert!(
+        worker.wait_for_crash(Duration::from_secs(120)),
+        "the first worker aborts mid-transaction"
+    );
+    let mut worker = job.start(None);
+    produce_placed(&transactions, &stream[1_500..]);
+    wait_consumed(&job, &mut worker, &[&transactions, &cards]);
+
+    // A raise of card 1 valid from before the last transactions, read after them: their output
+    // stands (a version does not reach back), and a transaction read after it sees it.
+    let late = Produced {
+        key: card(1),
+        value: Some(json!({"card": card(1), "limit": 9_999, "ts": base + 400_000})),
+        time: base + 400_000,
+    };
+    produce_placed(&cards, std::slice::from_ref(&late));
+    wait_consumed(&job, &mut worker, &[&cards]);
+    let after = Produced {
+        key: card(1),
+        value: Some(json!({"card": card(1), "amount": 1, "ts": base + 900_000, "n": -1})),
+        time: base + 900_000,
+    };
+    produce_placed(&transactions, std::slice::from_ref(&after));
+    wait_consumed(&job, &mut worker, &[&transactions]);
+    worker.terminate(Duration::from_secs(30));
+
+    let mut want = expected_table_join(&table, &stream, JoinMode::Left);
+    want.push((
+        card(1),
+        after.value.clone().unwrap(),
+        late.value.clone().unwrap(),
+    ));
+    let want = sorted(want);
+    let got = joined_output(&job);
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "one output per transaction (left join)"
+    );
+    assert_eq!(got, want);
+    // Not vacuous: matches, unmatched (deleted or never-seen cards) and raised limits all occur.
+    assert!(want.iter().any(|(_, _, right)| right.is_null()));
+    assert!(
+        want.iter()
+            .any(|(_, _, right)| right["limit"].as_u64() > Some(500))
+    );
+}
+
+/// The expected windowed stream join, computed pairwise: a left record meets every right record
+/// of its key whose time lies within `before` before and `after` after its own.
+fn expected_stream_join(
+    left: &[Produced],
+    right: &[Produced],
+    before: i64,
+    after: i64,
+) -> Vec<Joined> {
+    let mut joined = Vec::new();
+    for l in left {
+        for r in right {
+            if l.key == r.key && r.time >= l.time - before && r.time <= l.time + after {
+                joined.push((
+                    l.key.clone(),
+                    l.value.clone().unwrap(),
+                    r.value.clone().unwrap(),
+                ));
+            }
+        }
+    }
+    sorted(joined)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_inner_stream_join_pairs_records_within_the_window_exactly_once_across_a_crash() {
+    let base = base_time();
+    let clicks = topic("clicks").await;
+    let views = topic("views").await;
+    let records = |side: &str, count: u32, step: i64, shift: i64| -> Vec<Produced> {
+        (0..count)
+            .map(|n| {
+                let key = card(n % 40);
+                let time = base + i64::from(n) * step + shift;
+                Produced {
+                    value: Some(json!({"card": key, "side": side, "n": n, "ts": time})),
+                    key,
+                    time,
+                }
+            })
+            .collect()
+    };
+    let left = records("view", 1_200, 97, 0);
+    let right = records("click", 1_200, 101, 250);
+    let (before, after) = (2_000, 1_000);
+    let processor = join_processor(
+        JoinKind::Stream,
+        JoinMode::Inner,
+        JoinRight {
+            topic: clicks.clone(),
+            key_field: Some("card".into()),
+            time_field: Some("ts".into()),
+        },
+        Some(JoinWindowConfig {
+            before: Duration::from_millis(before as u64),
+            after: Duration::from_millis(after as u64),
+            // Enough grace for the order the two topics are read in: every pair meets.
+            grace: Duration::from_secs(3_600),
+        }),
+        None,
+    );
+    let job = Job::new("pairs", &views, PARTITIONS, processor).await;
+    // The first worker aborts in the middle of a transaction, part way through the first half.
+    let mut worker = job.start(Some("mid-transaction:700"));
+    produce_placed(&views, &left[..600]);
+    produce_placed(&clicks, &right[..600]);
+    assert!(
+        worker.wait_for_crash(Duration::from_secs(120)),
+        "the first worker aborts mid-transaction"
+    );
+    let mut worker = job.start(None);
+    produce_placed(&views, &left[600..]);
+    produce_placed(&clicks, &right[600..]);
+    wait_consumed(&job, &mut worker, &[&views, &clicks]);
+    worker.terminate(Duration::from_secs(30));
+
+    let want = expected_stream_join(&left, &right, before, after);
+    assert!(want.len() > 500, "not vacuous: {} pairs", want.len());
+    let got = joined_output(&job);
+    assert_eq!(got.len(), want.len(), "every pair once");
+    assert_eq!(got, want);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_its_producer_placed_by_another_partitioner_is_dead_lettered_naming_it() {
+    let base = base_time();
+    let cards = topic("cards").await;
+    let transactions = topic("transactions").await;
+    let processor = join_processor(
+        JoinKind::Table,
+        JoinMode::Left,
+        JoinRight {
+            topic: cards.clone(),
+            key_field: None,
+            time_field: None,
+        },
+        None,
+        Some(Duration::from_secs(3_600)),
+    );
+    let job = Job::new("placed", &transactions, PARTITIONS, processor).await;
+    let mut worker = job.start(None);
+    // Keys crc32 (librdkafka's default) places elsewhere than murmur2, the job's partitioner.
+    let apart: Vec<String> = (0..200)
+        .map(card)
+        .filter(|key| {
+            let partitions = PARTITIONS as u32;
+            Partitioner::Crc32.partition(key.as_bytes(), partitions)
+                != Partitioner::Murmur2.partition(key.as_bytes(), partitions)
+        })
+        .take(5)
+        .collect();
+    let records = |offset: i64| -> Vec<Produced> {
+        apart
+            .iter()
+            .map(|key| Produced {
+                key: key.clone(),
+                value: Some(json!({"card": key, "ts": base + offset})),
+                time: base + offset,
+            })
+            .collect()
+    };
+    produce_placed_by(&transactions, &records(10), Partitioner::Crc32);
+    produce_placed(&transactions, &records(20));
+    wait_consumed(&job, &mut worker, &[&transactions]);
+    worker.terminate(Duration::from_secs(30));
+
+    let letters: Vec<Record> = read_committed(&job.config.kafka.dead_letter_topic, 1)
+        .into_values()
+        .flatten()
+        .collect();
+    assert_eq!(letters.len(), apart.len(), "each misplaced record, once");
+    for letter in &letters {
+        assert_eq!(letter.headers["streamkeeper.reason"], "not_co_partitioned");
+        let detail = &letter.headers["streamkeeper.detail"];
+        for part in ["by murmur2 (join.partitioner)", "its placement fits crc32"] {
+            assert!(detail.contains(part), "{part}: {detail}");
+        }
+    }
+    // The records placed by murmur2 were joined (no card yet: with null).
+    assert_eq!(joined_output(&job).len(), apart.len());
+}
