@@ -25,12 +25,7 @@ impl KafkaAdmin {
     /// Reads the first [`CHANGELOG_OWNER_SEARCH_RECORDS`] records of partition 0 of `topic` for
     /// its owner record.
     pub async fn changelog_head(&self, topic: &str) -> Result<ChangelogHead, KafkaAdminError> {
-        let watermarks = self.watermarks(topic, 1).await?;
-        let Some(&(low, high)) = watermarks.first() else {
-            return Err(KafkaAdminError::NotVisible {
-                topic: topic.to_string(),
-            });
-        };
+        let (low, high) = self.first_partition_watermarks(topic).await?;
         if low >= high {
             return Ok(ChangelogHead {
                 first_owner: None,
@@ -59,6 +54,28 @@ impl KafkaAdmin {
             first_owner,
             empty: false,
         })
+    }
+
+    /// The watermarks of partition 0 of `topic`, waiting out a client whose metadata has not
+    /// caught up with a topic created a moment ago: librdkafka answers "unknown partition" until
+    /// it has (the claim reads a changelog right after creating it).
+    async fn first_partition_watermarks(&self, topic: &str) -> Result<(i64, i64), KafkaAdminError> {
+        let deadline = Instant::now() + NEW_TOPIC_VISIBLE_WITHIN;
+        loop {
+            match self.watermarks(topic, 1).await {
+                Ok(watermarks) => {
+                    return watermarks.first().copied().ok_or_else(|| {
+                        KafkaAdminError::NotVisible {
+                            topic: topic.to_string(),
+                        }
+                    });
+                }
+                Err(error) if not_yet_known(&error) && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
     }
 
     /// Writes `marker`'s owner record into partition 0 of `topic`, once the broker has it.
@@ -91,6 +108,24 @@ impl KafkaAdmin {
             .map_err(|(source, _)| self.unavailable("Produce", topic, source))?;
         Ok(())
     }
+}
+
+/// How long a topic just created may stay unknown to the client's metadata.
+const NEW_TOPIC_VISIBLE_WITHIN: Duration = Duration::from_secs(5);
+
+/// The error of a client that does not know the topic or partition (yet).
+fn not_yet_known(error: &KafkaAdminError) -> bool {
+    let KafkaAdminError::Unavailable { source, .. } = error else {
+        return false;
+    };
+    matches!(
+        source.rdkafka_error_code(),
+        Some(
+            rdkafka::types::RDKafkaErrorCode::UnknownPartition
+                | rdkafka::types::RDKafkaErrorCode::UnknownTopic
+                | rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition
+        )
+    )
 }
 
 /// Polls partition 0 of `topic` from its start until an owner record, its end, or

@@ -19,7 +19,7 @@ impl ActiveLoop<'_> {
     /// disagreement is repaired (committed again), a recovery gap reported, never either one
     /// silently followed.
     pub fn resume_input(&mut self, store: &mut RocksStore) -> Result<(), TaskError> {
-        // A join's topics must still be co-partitioned (see `sources`), and each record is
+        // A join's topics must still be co-partitioned (see `watch`), and each record is
         // checked against its key's placement.
         let partitioner = self.context.config.processor.partitioner();
         if let Some(partitioner) = partitioner

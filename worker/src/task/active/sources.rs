@@ -4,12 +4,8 @@
 //! transaction, and is resumed by the same rule (`input_position`); each source's identity is
 //! checked the same way (`input_identity`).
 
-use super::processing_loop::ActiveLoop;
 use crate::processor::Side;
 use crate::processor::keys;
-use crate::task::TaskError;
-use rdkafka::consumer::Consumer;
-use std::time::Duration;
 
 /// Where each source resumes after a transaction; `None`: it consumed nothing of that source.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -56,37 +52,6 @@ pub fn identity_key(side: Side) -> &'static [u8] {
     match side {
         Side::Left => keys::INPUT,
         Side::Right => keys::RIGHT_INPUT,
-    }
-}
-
-impl ActiveLoop<'_> {
-    /// The partition count of the task's sources, which must be one: a join whose topics no
-    /// longer agree (a topic got partitions after the job started) stops its tasks. `Ok(None)`
-    /// when the broker did not answer now (the next check asks again).
-    pub(super) fn source_partitions(&self) -> Result<Option<u32>, TaskError> {
-        let mut counts = Vec::new();
-        for side in self.sides() {
-            let topic = self.topic_of(side);
-            let Ok(metadata) = self
-                .input
-                .fetch_metadata(Some(topic), Duration::from_secs(2))
-            else {
-                return Ok(None);
-            };
-            let count = metadata
-                .topics()
-                .first()
-                .map_or(0, |found| found.partitions().len());
-            counts.push((topic.to_string(), count));
-        }
-        match counts.as_slice() {
-            [(_, left), (_, right)] if left != right => Err(TaskError::PartitionsChanged(format!(
-                "task {}: {} has {left} partitions and {} has {right}: a join needs both alike; give them the same count (and recreate the job, whose state placed keys by the old one)",
-                self.task, counts[0].0, counts[1].0
-            ))),
-            [(_, count), ..] => Ok(u32::try_from(*count).ok()),
-            [] => Ok(None),
-        }
     }
 }
 

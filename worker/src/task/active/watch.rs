@@ -1,7 +1,7 @@
 //! What an active task shows and checks of its sources every few seconds: each source's lag
 //! behind the broker's last stable offset (their sum is the task's input lag), whether the
 //! consumer has stalled on one of them (`consumer_watch`), and whether a join's two topics still
-//! have as many partitions (`sources`).
+//! have as many partitions.
 
 use super::processing_loop::{ActiveLoop, Transaction};
 use crate::metrics::TaskLabel;
@@ -78,5 +78,34 @@ impl ActiveLoop<'_> {
         self.input
             .pause(&partitions)
             .map_err(|e| TaskError::kafka("pausing the input (failpoint)", e))
+    }
+
+    /// The partition count of the task's sources, which must be one: a join whose topics no
+    /// longer agree (a topic got partitions after the job started) stops its tasks. `Ok(None)`
+    /// when the broker did not answer now (the next check asks again).
+    pub(super) fn source_partitions(&self) -> Result<Option<u32>, TaskError> {
+        let mut counts = Vec::new();
+        for side in self.sides() {
+            let topic = self.topic_of(side);
+            let Ok(metadata) = self
+                .input
+                .fetch_metadata(Some(topic), Duration::from_secs(2))
+            else {
+                return Ok(None);
+            };
+            let count = metadata
+                .topics()
+                .first()
+                .map_or(0, |found| found.partitions().len());
+            counts.push((topic.to_string(), count));
+        }
+        match counts.as_slice() {
+            [(_, left), (_, right)] if left != right => Err(TaskError::PartitionsChanged(format!(
+                "task {}: {} has {left} partitions and {} has {right}: a join needs both alike; give them the same count (and recreate the job, whose state placed keys by the old one)",
+                self.task, counts[0].0, counts[1].0
+            ))),
+            [(_, count), ..] => Ok(u32::try_from(*count).ok()),
+            [] => Ok(None),
+        }
     }
 }
