@@ -56,9 +56,10 @@ impl KafkaAdmin {
         })
     }
 
-    /// The watermarks of partition 0 of `topic`, waiting out a client whose metadata has not
-    /// caught up with a topic created a moment ago: librdkafka answers "unknown partition" until
-    /// it has (the claim reads a changelog right after creating it).
+    /// The watermarks of partition 0 of `topic`, waiting out a topic created a moment ago (the
+    /// claim reads a changelog right after creating it): until the client's metadata knows the
+    /// topic, librdkafka answers "unknown partition", and until the partition has a leader, the
+    /// broker answers "not leader".
     async fn first_partition_watermarks(&self, topic: &str) -> Result<(i64, i64), KafkaAdminError> {
         let deadline = Instant::now() + NEW_TOPIC_VISIBLE_WITHIN;
         loop {
@@ -70,7 +71,7 @@ impl KafkaAdmin {
                         }
                     });
                 }
-                Err(error) if not_yet_known(&error) && Instant::now() < deadline => {
+                Err(error) if not_ready_yet(&error) && Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
                 Err(error) => return Err(error),
@@ -110,11 +111,11 @@ impl KafkaAdmin {
     }
 }
 
-/// How long a topic just created may stay unknown to the client's metadata.
+/// How long a topic just created may stay unknown to the client, or without a leader.
 const NEW_TOPIC_VISIBLE_WITHIN: Duration = Duration::from_secs(5);
 
-/// The error of a client that does not know the topic or partition (yet).
-fn not_yet_known(error: &KafkaAdminError) -> bool {
+/// The error of a topic not ready yet: unknown to the client, or its partition without a leader.
+fn not_ready_yet(error: &KafkaAdminError) -> bool {
     let KafkaAdminError::Unavailable { source, .. } = error else {
         return false;
     };
@@ -124,6 +125,8 @@ fn not_yet_known(error: &KafkaAdminError) -> bool {
             rdkafka::types::RDKafkaErrorCode::UnknownPartition
                 | rdkafka::types::RDKafkaErrorCode::UnknownTopic
                 | rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition
+                | rdkafka::types::RDKafkaErrorCode::NotLeaderForPartition
+                | rdkafka::types::RDKafkaErrorCode::LeaderNotAvailable
         )
     )
 }
