@@ -15,6 +15,7 @@ use operator_support::{support, *};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use streamkeeper::api::StatefulStreamJob;
+use streamkeeper::controller::judge::conditions;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A stand-in for a worker's HTTP port on a loopback address of its own: the first
@@ -174,6 +175,20 @@ async fn a_frozen_leader_writes_nothing_after_the_new_leader_started() {
     wait_until("operator-b's resume", CONTROLLER_TIMEOUT, async || {
         (replicas(&sets, name).await == Some(1)).then_some(())
     })
+    .await;
+    // And the status write that ends b's resume reconcile has landed: a write of b still in
+    // flight when b is frozen would land after the version below is read, and be taken for a's.
+    wait_until(
+        "operator-b's status of the resume",
+        CONTROLLER_TIMEOUT,
+        async || {
+            let job = jobs.get(name).await.ok()?;
+            let status = job.status.as_ref()?;
+            let suspended = conditions::find(&status.conditions, "Suspended")?;
+            (status.observed_generation == job.metadata.generation && suspended.status == "False")
+                .then_some(())
+        },
+    )
     .await;
 
     // Freeze B as well: from here on, any write to the job's objects comes from A.
