@@ -25,6 +25,8 @@ pub mod types {
     /// Every task has its `standbyReplicas` warm standbys, so any one pod can fail without a
     /// restore.
     pub const STANDBYS_READY: &str = "StandbysReady";
+    /// A join's records sit where its partitioner puts their keys, as the tasks checked them.
+    pub const CO_PARTITIONED: &str = "CoPartitioned";
 }
 
 /// Condition reasons (CamelCase, as the API conventions ask). Error `category()`s return these,
@@ -66,6 +68,13 @@ pub mod reasons {
     pub const CHANGELOG_CLAIMED: &str = "ChangelogClaimed";
     // Invalid (a join's topics)
     pub const NOT_CO_PARTITIONED: &str = "NotCoPartitioned";
+    // CoPartitioned
+    pub const KEYS_PLACED: &str = "KeysPlaced";
+    pub const KEYS_MISPLACED: &str = "KeysMisplaced";
+    pub const DIFFERENT_PARTITIONERS: &str = "DifferentPartitioners";
+    pub const NO_RECORDS_CHECKED: &str = "NoRecordsChecked";
+    // Ready (a join's task stopped: a topic's partition count changed)
+    pub const PARTITIONS_CHANGED: &str = "PartitionsChanged";
     pub const KAFKA_UNAVAILABLE: &str = "KafkaUnavailable";
     pub const KAFKA_CREDENTIALS: &str = "KafkaCredentialsUnavailable";
     pub const KAFKA_REFUSED: &str = "KafkaRefused";

@@ -131,6 +131,117 @@ pub fn partition_counts(
     })
 }
 
+/// The longest example key a report carries: enough to find the record, never a payload.
+pub const EXAMPLE_KEY_CHARS: usize = 128;
+
+/// What a join's task has seen of one topic's key placement since it last started: how many
+/// records it checked, how many of them each known partitioner would have placed where they
+/// were, and the ones not where the job's partitioner puts them. The operator's
+/// `CoPartitioned` condition is drawn from it (`GET /v1/tasks`, `placement`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlacementEvidence {
+    pub topic: String,
+    /// Records whose partition was checked against their key.
+    pub checked: u64,
+    /// Of those, how many murmur2 would have placed in the partition they were read from.
+    pub fit_murmur2: u64,
+    /// Of those, how many crc32 would have placed there.
+    pub fit_crc32: u64,
+    /// Records not where the job's partitioner puts their key (dead-lettered).
+    pub misplaced: u64,
+    /// The first misplaced record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub example: Option<MisplacedRecord>,
+}
+
+/// A record read from another partition than the job's partitioner gives its key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MisplacedRecord {
+    /// Its join key, cut to [`EXAMPLE_KEY_CHARS`] characters.
+    pub key: String,
+    pub partition: u32,
+    /// Where the job's partitioner puts the key.
+    pub expected: u32,
+}
+
+impl PlacementEvidence {
+    pub fn new(topic: &str) -> Self {
+        Self {
+            topic: topic.to_string(),
+            ..Self::default()
+        }
+    }
+
+    /// Counts a record of `key` read in `partition` of `partitions`; `Err` with the partition
+    /// `partitioner` (the job's) gives the key when the record is not there.
+    pub fn observe(
+        &mut self,
+        partitioner: Partitioner,
+        key: &[u8],
+        partition: u32,
+        partitions: u32,
+    ) -> Result<(), u32> {
+        self.checked += 1;
+        let by_murmur2 = Partitioner::Murmur2.partition(key, partitions);
+        let by_crc32 = Partitioner::Crc32.partition(key, partitions);
+        self.fit_murmur2 += u64::from(by_murmur2 == partition);
+        self.fit_crc32 += u64::from(by_crc32 == partition);
+        let expected = match partitioner {
+            Partitioner::Murmur2 => by_murmur2,
+            Partitioner::Crc32 => by_crc32,
+        };
+        if expected == partition {
+            return Ok(());
+        }
+        self.misplaced += 1;
+        if self.example.is_none() {
+            self.example = Some(MisplacedRecord {
+                key: String::from_utf8_lossy(key)
+                    .chars()
+                    .take(EXAMPLE_KEY_CHARS)
+                    .collect(),
+                partition,
+                expected,
+            });
+        }
+        Err(expected)
+    }
+
+    /// How many checked records `partitioner` would have placed where they were.
+    pub fn fit(&self, partitioner: Partitioner) -> u64 {
+        match partitioner {
+            Partitioner::Murmur2 => self.fit_murmur2,
+            Partitioner::Crc32 => self.fit_crc32,
+        }
+    }
+
+    /// The partitioners that placed every checked record where it was: the ones the topic's
+    /// producers may use. Empty when none did (a custom partitioner, records written to chosen
+    /// partitions) or nothing was checked.
+    pub fn fitting(&self) -> Vec<Partitioner> {
+        if self.checked == 0 {
+            return Vec::new();
+        }
+        Partitioner::ALL
+            .into_iter()
+            .filter(|partitioner| self.fit(*partitioner) == self.checked)
+            .collect()
+    }
+
+    /// Adds another task's evidence of the same topic; the first example stays.
+    pub fn add(&mut self, other: &PlacementEvidence) {
+        self.checked += other.checked;
+        self.fit_murmur2 += other.fit_murmur2;
+        self.fit_crc32 += other.fit_crc32;
+        self.misplaced += other.misplaced;
+        if self.example.is_none() {
+            self.example.clone_from(&other.example);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,5 +314,90 @@ mod tests {
             let back: Partitioner = serde_json::from_str(&json).unwrap();
             assert_eq!(back, partitioner);
         }
+    }
+
+    /// Keys among `count` card names that the two partitioners place apart among 8 partitions.
+    fn keys_placed_apart(count: usize) -> Vec<String> {
+        (0..1000)
+            .map(|i| format!("card-{i}"))
+            .filter(|key| {
+                Partitioner::Murmur2.partition(key.as_bytes(), 8)
+                    != Partitioner::Crc32.partition(key.as_bytes(), 8)
+            })
+            .take(count)
+            .collect()
+    }
+
+    #[test]
+    fn evidence_of_a_crc32_producer_under_a_murmur2_job_names_a_misplaced_key() {
+        let mut evidence = PlacementEvidence::new("cards");
+        for key in keys_placed_apart(20) {
+            let partition = Partitioner::Crc32.partition(key.as_bytes(), 8);
+            let expected = Partitioner::Murmur2.partition(key.as_bytes(), 8);
+            assert_eq!(
+                evidence.observe(Partitioner::Murmur2, key.as_bytes(), partition, 8),
+                Err(expected)
+            );
+        }
+        assert_eq!((evidence.checked, evidence.misplaced), (20, 20));
+        assert_eq!(evidence.fitting(), [Partitioner::Crc32]);
+        let example = evidence.example.clone().unwrap();
+        assert_eq!(example.key, keys_placed_apart(1)[0]);
+        assert_ne!(example.partition, example.expected);
+        // Placed right by the job's own partitioner: fits it, nothing misplaced.
+        let mut right = PlacementEvidence::new("transactions");
+        for key in keys_placed_apart(20) {
+            let partition = Partitioner::Murmur2.partition(key.as_bytes(), 8);
+            assert_eq!(
+                right.observe(Partitioner::Murmur2, key.as_bytes(), partition, 8),
+                Ok(())
+            );
+        }
+        assert_eq!(right.fitting(), [Partitioner::Murmur2]);
+        assert_eq!(right.misplaced, 0);
+        assert_eq!(right.example, None);
+    }
+
+    #[test]
+    fn evidence_adds_up_across_tasks_keeping_the_first_example_and_round_trips() {
+        let key = keys_placed_apart(1).remove(0);
+        let misplaced_at = Partitioner::Crc32.partition(key.as_bytes(), 8);
+        let mut first = PlacementEvidence::new("cards");
+        first
+            .observe(Partitioner::Murmur2, b"card-x", 0, 1)
+            .unwrap();
+        let mut second = PlacementEvidence::new("cards");
+        let _ = second.observe(Partitioner::Murmur2, key.as_bytes(), misplaced_at, 8);
+        first.add(&second);
+        assert_eq!((first.checked, first.misplaced), (2, 1));
+        assert_eq!(first.example, second.example);
+        // A record written to a partition neither partitioner gives: no partitioner fits all.
+        let elsewhere = (0..8)
+            .find(|p| *p != misplaced_at && *p != Partitioner::Murmur2.partition(key.as_bytes(), 8))
+            .unwrap();
+        let _ = first.observe(Partitioner::Murmur2, key.as_bytes(), elsewhere, 8);
+        assert!(first.fitting().is_empty());
+        assert!(PlacementEvidence::new("none").fitting().is_empty());
+
+        let json = serde_json::to_value(&first).unwrap();
+        assert_eq!(json["topic"], "cards");
+        assert_eq!(json["fitMurmur2"], first.fit_murmur2);
+        assert_eq!(json["example"]["key"], key);
+        let back: PlacementEvidence = serde_json::from_value(json).unwrap();
+        assert_eq!(back, first);
+        let quiet = serde_json::to_string(&PlacementEvidence::new("t")).unwrap();
+        assert!(!quiet.contains("example"), "{quiet}");
+    }
+
+    #[test]
+    fn an_example_key_is_cut_to_a_readable_length() {
+        let long = "k".repeat(1000);
+        let mut evidence = PlacementEvidence::new("t");
+        let wrong = (Partitioner::Murmur2.partition(long.as_bytes(), 8) + 1) % 8;
+        let _ = evidence.observe(Partitioner::Murmur2, long.as_bytes(), wrong, 8);
+        assert_eq!(
+            evidence.example.unwrap().key.chars().count(),
+            EXAMPLE_KEY_CHARS
+        );
     }
 }

@@ -19,7 +19,8 @@
 //!    - [`owner_marker`]: which cluster's job a prefix in S3 or a changelog belongs to;
 //!    - [`restore_request`]: what a restore from a chosen checkpoint asks of a worker;
 //!    - [`co_partitioning`]: how a producer places a key in a partition (a join's
-//!      `partitioner`), and what a record's partition says about it.
+//!      `partitioner`), what a record's partition says about it, and the evidence a task
+//!      reports of it.
 //! 3. The pure rules both sides apply:
 //!    - [`rules`]: the validation of a job's settings (the operator checks a spec with it, the
 //!      worker its config);

@@ -6,6 +6,7 @@
 //! gives up and Stopped after a graceful shutdown. Restore phases: Discovery → (Download) →
 //! Replay → CatchUp → Done.
 
+use crate::co_partitioning::PlacementEvidence;
 use crate::{FormatError, Versioned};
 use serde::{Deserialize, Serialize};
 
@@ -212,6 +213,27 @@ pub struct TaskReport {
     /// a worker on an older document claimed the task, and the operator issues it again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fenced_in: Option<u64>,
+    /// What stopped the task for good, when its phase is Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<TaskFailure>,
+    /// A join's key placement as this copy has checked it since it last started, one entry per
+    /// topic read (absent for a processor with one input).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placement: Vec<PlacementEvidence>,
+}
+
+/// Why a task stopped for good (phase `Failed`): nothing a retry on the same pod would change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TaskFailure {
+    /// The changelog topic is gone or was recreated under the task's state.
+    ChangelogLost,
+    /// The state does not fit the job: another processor, another input topic, or an input
+    /// position the state contradicts.
+    StateMismatch,
+    /// A join's topic no longer has the partition count the job's keys were placed by (someone
+    /// added partitions): records of one key now land in other tasks.
+    PartitionsChanged,
 }
 
 /// A range of input offsets `[from_offset, to_offset)` the task never processed because the
@@ -247,6 +269,8 @@ impl TaskReport {
             input_gap: None,
             changelog_lag: None,
             fenced_in: None,
+            failure: None,
+            placement: Vec::new(),
         }
     }
 }
@@ -291,10 +315,24 @@ mod tests {
             fenced_in: Some(9),
             ..TaskReport::new(4, TaskRole::Standby)
         };
+        let mut evidence = crate::co_partitioning::PlacementEvidence::new("cards");
+        let _ = evidence.observe(
+            crate::co_partitioning::Partitioner::Murmur2,
+            b"card-1",
+            3,
+            4,
+        );
+        let failed = TaskReport {
+            phase: TaskPhase::Failed,
+            failure: Some(TaskFailure::PartitionsChanged),
+            placement: vec![evidence],
+            ..TaskReport::new(5, TaskRole::Active)
+        };
         let document = TaskReportsDocument::new(vec![
             restoring_task(),
             TaskReport::new(3, TaskRole::Standby),
             fenced,
+            failed,
         ]);
         let bytes = document.to_json();
         assert_eq!(TaskReportsDocument::from_json(&bytes).unwrap(), document);
@@ -313,6 +351,10 @@ mod tests {
         );
         assert!(value["tasks"][1].get("fencedIn").is_none());
         assert_eq!(value["tasks"][2]["fencedIn"], 9);
+        assert!(value["tasks"][2].get("failure").is_none());
+        assert!(value["tasks"][2].get("placement").is_none());
+        assert_eq!(value["tasks"][3]["failure"], "partitionsChanged");
+        assert_eq!(value["tasks"][3]["placement"][0]["topic"], "cards");
     }
 
     #[test]

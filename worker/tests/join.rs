@@ -6,164 +6,13 @@
 
 mod support;
 
-use rdkafka::TopicPartitionList;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseRecord, Producer};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use streamkeeper_contract::co_partitioning::Partitioner;
-use streamkeeper_contract::worker_config::{
-    JoinKind, JoinMode, JoinRight, JoinWindowConfig, ProcessorConfig, ProcessorKind,
-};
+use std::time::Duration;
+use streamkeeper_contract::worker_config::{JoinKind, JoinMode, JoinRight, JoinWindowConfig};
+use support::join::*;
 use support::*;
 
-const PARTITIONS: i32 = 4;
 const CARDS: u32 = 60;
-
-/// A record as produced: its Kafka key, its value (`None`: a tombstone) and its timestamp,
-/// which is also its event time.
-#[derive(Clone, Debug)]
-struct Produced {
-    key: String,
-    value: Option<Value>,
-    time: i64,
-}
-
-/// One output record as compared: key, left and right sides.
-type Joined = (String, Value, Value);
-
-/// An hour ago: recent enough for the topics' retention, with room for the records' times.
-fn base_time() -> i64 {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    i64::try_from(now.as_millis()).unwrap() - 3_600_000
-}
-
-/// Produces `records` to `topic`, each in the partition murmur2 (the Java client's default)
-/// gives its key, with its time as the Kafka timestamp.
-fn produce_placed(topic: &str, records: &[Produced]) {
-    produce_placed_by(topic, records, Partitioner::Murmur2);
-}
-
-/// [`produce_placed`] by `partitioner`.
-fn produce_placed_by(topic: &str, records: &[Produced], partitioner: Partitioner) {
-    let producer = producer();
-    for record in records {
-        let partition = partitioner.partition(record.key.as_bytes(), PARTITIONS as u32);
-        let payload = record.value.as_ref().map(|value| value.to_string());
-        let mut message = BaseRecord::<String, String>::to(topic)
-            .key(&record.key)
-            .partition(i32::try_from(partition).unwrap())
-            .timestamp(record.time);
-        if let Some(payload) = &payload {
-            message = message.payload(payload);
-        }
-        let mut message = message;
-        loop {
-            match producer.send(message) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    message = back;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-        }
-    }
-    producer.flush(TIMEOUT).unwrap();
-}
-
-async fn topic(name: &str) -> String {
-    let topic = unique_name(name);
-    create_topic(&topic, PARTITIONS, false).await;
-    topic
-}
-
-fn join_processor(
-    join: JoinKind,
-    mode: JoinMode,
-    right: JoinRight,
-    window: Option<JoinWindowConfig>,
-    history: Option<Duration>,
-) -> ProcessorConfig {
-    ProcessorConfig {
-        key_field: "card".into(),
-        time_field: Some("ts".into()),
-        kind: ProcessorKind::Join {
-            join,
-            mode,
-            right,
-            window,
-            history,
-            partitioner: Partitioner::Murmur2,
-        },
-    }
-}
-
-/// The committed offsets of the job's group in `topic`, per partition (-1: none).
-fn committed(job: &Job, topic: &str) -> BTreeMap<i32, i64> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", kafka_bootstrap())
-        .set("group.id", job.config.job.group_id())
-        .create()
-        .unwrap();
-    let mut wanted = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        wanted.add_partition(topic, p);
-    }
-    let offsets = retrying("reading committed offsets", || {
-        consumer.committed_offsets(wanted.clone(), TIMEOUT)
-    });
-    (0..PARTITIONS)
-        .map(|p| {
-            let offset = offsets
-                .find_partition(topic, p)
-                .and_then(|e| e.offset().to_raw())
-                .unwrap_or(-1);
-            (p, offset)
-        })
-        .collect()
-}
-
-/// Waits until the job has committed every record of `topics` (or the worker exits).
-fn wait_consumed(job: &Job, worker: &mut Worker, topics: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(180);
-    for topic in topics {
-        let ends = end_offsets(topic, PARTITIONS);
-        while committed(job, topic) != ends {
-            if let Some(status) = worker.child.try_wait().unwrap() {
-                panic!("worker exited with {status}; log:\n{}", worker.log_tail());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{topic} not consumed: committed {:?}, ends {ends:?}; log:\n{}",
-                committed(job, topic),
-                worker.log_tail()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-/// The job's committed output, as (key, left, right), sorted.
-fn joined_output(job: &Job) -> Vec<Joined> {
-    let mut joined: Vec<Joined> = job
-        .output()
-        .into_values()
-        .flatten()
-        .map(|(key, value)| {
-            let value: Value = serde_json::from_str(&value).unwrap();
-            (key, value["left"].clone(), value["right"].clone())
-        })
-        .collect();
-    joined.sort_by_key(|entry| format!("{entry:?}"));
-    joined
-}
-
-fn sorted(mut joined: Vec<Joined>) -> Vec<Joined> {
-    joined.sort_by_key(|entry| format!("{entry:?}"));
-    joined
-}
 
 /// The expected table join, computed from what was produced: each transaction meets the
 /// version of its card with the greatest time at or before its own (a tombstone: none).
@@ -190,10 +39,6 @@ fn expected_table_join(table: &[Produced], stream: &[Produced], mode: JoinMode) 
         }
     }
     sorted(joined)
-}
-
-fn card(index: u32) -> String {
-    format!("card-{index}")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -382,63 +227,4 @@ async fn an_inner_stream_join_pairs_records_within_the_window_exactly_once_acros
     let got = joined_output(&job);
     assert_eq!(got.len(), want.len(), "every pair once");
     assert_eq!(got, want);
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_record_its_producer_placed_by_another_partitioner_is_dead_lettered_naming_it() {
-    let base = base_time();
-    let cards = topic("cards").await;
-    let transactions = topic("transactions").await;
-    let processor = join_processor(
-        JoinKind::Table,
-        JoinMode::Left,
-        JoinRight {
-            topic: cards.clone(),
-            key_field: None,
-            time_field: None,
-        },
-        None,
-        Some(Duration::from_secs(3_600)),
-    );
-    let job = Job::new("placed", &transactions, PARTITIONS, processor).await;
-    let mut worker = job.start(None);
-    // Keys crc32 (librdkafka's default) places elsewhere than murmur2, the job's partitioner.
-    let apart: Vec<String> = (0..200)
-        .map(card)
-        .filter(|key| {
-            let partitions = PARTITIONS as u32;
-            Partitioner::Crc32.partition(key.as_bytes(), partitions)
-                != Partitioner::Murmur2.partition(key.as_bytes(), partitions)
-        })
-        .take(5)
-        .collect();
-    let records = |offset: i64| -> Vec<Produced> {
-        apart
-            .iter()
-            .map(|key| Produced {
-                key: key.clone(),
-                value: Some(json!({"card": key, "ts": base + offset})),
-                time: base + offset,
-            })
-            .collect()
-    };
-    produce_placed_by(&transactions, &records(10), Partitioner::Crc32);
-    produce_placed(&transactions, &records(20));
-    wait_consumed(&job, &mut worker, &[&transactions]);
-    worker.terminate(Duration::from_secs(30));
-
-    let letters: Vec<Record> = read_committed(&job.config.kafka.dead_letter_topic, 1)
-        .into_values()
-        .flatten()
-        .collect();
-    assert_eq!(letters.len(), apart.len(), "each misplaced record, once");
-    for letter in &letters {
-        assert_eq!(letter.headers["streamkeeper.reason"], "not_co_partitioned");
-        let detail = &letter.headers["streamkeeper.detail"];
-        for part in ["by murmur2 (join.partitioner)", "its placement fits crc32"] {
-            assert!(detail.contains(part), "{part}: {detail}");
-        }
-    }
-    // The records placed by murmur2 were joined (no card yet: with null).
-    assert_eq!(joined_output(&job).len(), apart.len());
 }

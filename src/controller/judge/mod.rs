@@ -10,6 +10,7 @@
 
 pub mod checkpoints;
 pub mod claims;
+pub mod co_partitioned;
 pub mod conditions;
 pub mod next_status;
 pub mod task_views;
@@ -29,7 +30,7 @@ use next_status::{Observation, PhaseInputs, condition};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use streamkeeper_contract::co_partitioning::PartitionCountMismatch;
-use streamkeeper_contract::task_report::{TaskPhase, TaskRole};
+use streamkeeper_contract::task_report::{TaskFailure, TaskPhase, TaskRole};
 use streamkeeper_contract::{TaskReport, format_go_duration};
 use task_views::TaskView;
 
@@ -353,6 +354,11 @@ pub fn tasks(observation: &mut Observation, evidence: TaskEvidence<'_>) -> Durat
         status.last_promotion = last.and_then(|moves| moves.promotion.clone());
         status.last_handoff = last.and_then(|moves| moves.handoff.clone());
     }
+    if let Some(join) = join_topics(validated)
+        && let Some(verdict) = co_partitioned::co_partitioned(job, join, reports)
+    {
+        observation.conditions.push(verdict);
+    }
     observation.conditions.push(standbys_ready(
         validated.workers.standby_replicas,
         validated.acceptable_recovery_lag,
@@ -383,6 +389,15 @@ pub fn tasks(observation: &mut Observation, evidence: TaskEvidence<'_>) -> Durat
     } else {
         RESYNC
     }
+}
+
+/// A join's two topics and partitioner; `None` for a processor with one input.
+fn join_topics(validated: &ValidatedJob) -> Option<co_partitioned::JoinTopics<'_>> {
+    Some(co_partitioned::JoinTopics {
+        left: &validated.kafka.input_topic,
+        right: validated.processor.right_topic()?,
+        partitioner: validated.processor.partitioner()?,
+    })
 }
 
 /// `StandbysReady`: every task has `wanted` standbys that run and are within `acceptable_lag`
@@ -453,10 +468,15 @@ fn ready(phase: JobPhase, view: &TaskView, desired_pods: i32, ready_pods: i32) -
             1 => String::new(),
             n => format!(" (and {} more failed tasks)", n - 1),
         };
+        // A join's topic that changed its partition count is the job's problem, not the task's.
+        let reason = match first.failure {
+            Some(TaskFailure::PartitionsChanged) => reasons::PARTITIONS_CHANGED,
+            _ => reasons::TASK_FAILED,
+        };
         return condition(
             types::READY,
             ConditionStatus::False,
-            reasons::TASK_FAILED,
+            reason,
             format!(
                 "task {} stopped on {}: {}{others}; {figures}",
                 first.task, first.pod, first.reason

@@ -8,7 +8,7 @@
 
 use crate::api::{RestoreProgress, StandbyStatus, TaskStatus};
 use streamkeeper_contract::task_report::{
-    RestorePhase, RestoreProgress as ReportedRestore, TaskPhase, TaskReport, TaskRole,
+    RestorePhase, RestoreProgress as ReportedRestore, TaskFailure, TaskPhase, TaskReport, TaskRole,
 };
 
 /// The tasks' status and how many of them are running.
@@ -29,6 +29,8 @@ pub struct FailedTask {
     pub task: u32,
     pub pod: String,
     pub reason: String,
+    /// What stopped it, as its owner names it.
+    pub failure: Option<TaskFailure>,
 }
 
 impl TaskView {
@@ -86,6 +88,7 @@ pub fn merge(
                         task,
                         pod: (*pod).to_string(),
                         reason: report.reason.clone().unwrap_or_default(),
+                        failure: report.failure,
                     }),
                     _ => {}
                 }

@@ -2,7 +2,7 @@ use super::*;
 use crate::api::{RestoreSource, RestoreSpec};
 use crate::controller::judge::checkpoints;
 use crate::controller::test_support;
-use streamkeeper_contract::task_report::{TaskPhase, TaskRole};
+use streamkeeper_contract::task_report::{TaskFailure, TaskPhase, TaskRole};
 
 const WEEK_MS: &str = "604800000";
 
@@ -184,6 +184,33 @@ fn a_task_its_owner_stopped_on_an_error_degrades_the_job_and_names_the_reason() 
         ready.message,
         "task 1 stopped on card-count-1: changelog lost: it ends at 0, the state wrote up to 41; \
          1/2 tasks running; 2/2 worker pods ready"
+    );
+}
+
+#[test]
+fn a_join_task_stopped_by_a_partition_count_change_degrades_the_job_as_partitions_changed() {
+    let job = test_support::job();
+    let validated = test_support::validated();
+    let stopped = TaskReport {
+        phase: TaskPhase::Failed,
+        reason: Some("partitions changed: task 1: cards has 6 partitions, but the job's keys are placed by 4".into()),
+        failure: Some(TaskFailure::PartitionsChanged),
+        ..TaskReport::new(1, TaskRole::Active)
+    };
+    let reports = [
+        running("card-count-0", &[0]),
+        ("card-count-1".to_string(), vec![stopped]),
+    ];
+    let mut observation = Observation::default();
+    tasks(&mut observation, evidence(&job, &validated, &reports));
+    assert_eq!(observation.phase, Some(JobPhase::Degraded));
+    let ready = of(&observation, types::READY);
+    assert_eq!(ready.status, ConditionStatus::False);
+    assert_eq!(ready.reason, reasons::PARTITIONS_CHANGED);
+    assert!(
+        ready.message.contains("cards has 6 partitions"),
+        "{}",
+        ready.message
     );
 }
 

@@ -13,8 +13,8 @@
 //! trait and an in-memory implementation), [`keys`] and [`codec`] (stable state encodings),
 //! [`window`] (window assignment math), [`stream_time`], [`sweep`] (bounded sweeps), and one
 //! module per built-in processor ([`join`] keeps its own key and value layouts). [`pipeline`]
-//! ties the decoders (one per input) and a processor together for the loop; `test_support`
-//! holds helpers of the tests.
+//! ties the decoders (one per input) and a processor together for the loop, checking a join's
+//! key placement with [`placement`]; `test_support` holds helpers of the tests.
 
 pub mod aggregate;
 pub mod api;
@@ -26,6 +26,7 @@ pub mod dedup;
 pub mod join;
 pub mod keys;
 pub mod pipeline;
+pub mod placement;
 pub mod record;
 pub mod rfc3339;
 pub mod state;
@@ -44,7 +45,8 @@ pub use count::CountProcessor;
 pub use decode::{DecodeError, MAX_ABS_EVENT_TIME_MS, RecordDecoder, RightDecoder, TableDecoder};
 pub use dedup::DedupProcessor;
 pub use join::{JoinConfigError, JoinKind, JoinMode, JoinProcessor};
-pub use pipeline::{Pipeline, Placement, RawInput};
+pub use pipeline::{Pipeline, RawInput};
+pub use placement::Placement;
 pub use record::{DropReason, InputRecord, OutputRecord, ProcessOutput, Side};
 pub use state::{Entry, MemoryState, StateAccess, StateError};
 pub use window::{Window, WindowAssigner, WindowError};

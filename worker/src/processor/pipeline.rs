@@ -7,9 +7,10 @@
 use super::api::{ProcessError, Processor};
 use super::config::{ConfigError, ProcessorConfig};
 use super::decode::{DecodeError, RecordDecoder, RightDecoder};
+use super::placement::Placement;
 use super::record::{InputRecord, ProcessOutput, Side};
 use super::state::StateAccess;
-use streamkeeper_contract::co_partitioning::{self, Partitioner};
+use streamkeeper_contract::co_partitioning::PlacementEvidence;
 
 /// One raw Kafka record of either input, as the loop read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,38 +37,6 @@ pub struct Pipeline {
     processor: Box<dyn Processor>,
     /// A join's key placement: each record's partition is checked against its key.
     placement: Option<Placement>,
-}
-
-/// How a join's producers place keys, and among how many partitions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Placement {
-    pub partitioner: Partitioner,
-    pub partitions: u32,
-}
-
-impl Placement {
-    /// `Err` when a record of `key` read in `partition` is not where this placement puts it,
-    /// naming which known partitioner its placement fits instead.
-    pub fn check(&self, key: &str, partition: i32) -> Result<(), DecodeError> {
-        let partition = u32::try_from(partition).unwrap_or(u32::MAX);
-        let key_bytes = key.as_bytes();
-        if co_partitioning::fits(self.partitioner, key_bytes, partition, self.partitions) {
-            return Ok(());
-        }
-        let fits = co_partitioning::consistent_with(key_bytes, partition, self.partitions);
-        let evidence = match fits.as_slice() {
-            [] => "its placement fits neither murmur2 nor crc32 (a custom partitioner, or records written to chosen partitions)".to_string(),
-            [one] => format!("its placement fits {}: the producer uses another partitioner than the job says", one.as_str()),
-            _ => "its placement fits both partitioners".to_string(),
-        };
-        Err(DecodeError::NotCoPartitioned {
-            key: key.to_string(),
-            partition,
-            expected: self.partitioner.partition(key_bytes, self.partitions),
-            partitioner: self.partitioner.as_str(),
-            evidence,
-        })
-    }
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -106,6 +75,14 @@ impl Pipeline {
     /// `not_co_partitioned`.
     pub fn set_placement(&mut self, placement: Placement) {
         self.placement = Some(placement);
+    }
+
+    /// What the placement checks have found so far (empty when records are not checked).
+    pub fn placement_evidence(&self) -> Vec<PlacementEvidence> {
+        self.placement
+            .as_ref()
+            .map(Placement::evidence)
+            .unwrap_or_default()
     }
 
     /// The processor's kind, for checkpoint manifests.
@@ -151,7 +128,7 @@ impl Pipeline {
     ) -> Result<ProcessOutput, ProcessError> {
         let record = self.decode(input)?;
         if let Some(placement) = &self.placement {
-            placement.check(&record.key, input.partition)?;
+            placement.check(input.side, &record.key, input.partition)?;
         }
         if let (Some(event_time_ms), Some(record_timestamp_ms)) =
             (record.event_time_ms, input.timestamp_ms)

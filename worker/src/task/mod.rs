@@ -44,7 +44,7 @@ use crate::store::{OpenOutcome, RocksStore};
 use active::ActiveLoop;
 use active::promotion::Step;
 use std::time::Duration;
-use streamkeeper_contract::task_report::TaskPhase;
+use streamkeeper_contract::task_report::{TaskFailure, TaskPhase};
 
 /// The changelog (and input) partition of task `task`: task i is partition i.
 pub(crate) fn partition_of(task: u32) -> Result<i32, TaskError> {
@@ -77,7 +77,10 @@ fn run_active(
             Err(TaskError::ChangelogLost(reason)) => {
                 context.metrics.task_error(task, "changelog_lost");
                 tracing::error!(task, %reason, "task stopped: its changelog is gone");
-                phase.enter(TaskPhase::Failed, Some(format!("changelog lost: {reason}")));
+                phase.fail(
+                    TaskFailure::ChangelogLost,
+                    format!("changelog lost: {reason}"),
+                );
                 return RoleEnd::Failed;
             }
             Err(
@@ -87,7 +90,13 @@ fn run_active(
             ) => {
                 context.metrics.task_error(task, error.category());
                 tracing::error!(task, %error, "task stopped: its state does not fit this job");
-                phase.enter(TaskPhase::Failed, Some(error.to_string()));
+                phase.fail(TaskFailure::StateMismatch, error.to_string());
+                return RoleEnd::Failed;
+            }
+            Err(error @ TaskError::PartitionsChanged(_)) => {
+                context.metrics.task_error(task, error.category());
+                tracing::error!(task, %error, "task stopped: its topics' key placement changed");
+                phase.fail(TaskFailure::PartitionsChanged, error.to_string());
                 return RoleEnd::Failed;
             }
             Err(TaskError::Stopped(during)) => {

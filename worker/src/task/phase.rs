@@ -5,7 +5,7 @@
 use crate::board::TaskBoard;
 use crate::metrics::WorkerMetrics;
 use std::time::Instant;
-use streamkeeper_contract::task_report::TaskPhase;
+use streamkeeper_contract::task_report::{TaskFailure, TaskPhase};
 
 /// Tracks a task's phase and logs each transition with the time spent in the previous one.
 #[derive(Debug)]
@@ -48,6 +48,14 @@ impl PhaseTracker {
         self.board.update(self.task, |report| {
             report.phase = next;
             report.reason = reason;
+            report.failure = None;
         });
+    }
+
+    /// Enters `Failed` for `failure`, which the report names beside the reason.
+    pub fn fail(&mut self, failure: TaskFailure, reason: String) {
+        self.enter(TaskPhase::Failed, Some(reason));
+        self.board
+            .update(self.task, |report| report.failure = Some(failure));
     }
 }

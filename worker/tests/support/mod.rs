@@ -26,6 +26,7 @@ use streamkeeper_contract::{Versioned, WorkerConfig};
 use streamkeeper_worker::store::{OpenOutcome, RocksStore, StateStore};
 
 pub mod checkpoints;
+pub mod join;
 pub mod standby;
 
 pub use streamkeeper_test_support::{

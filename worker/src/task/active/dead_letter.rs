@@ -24,6 +24,28 @@ pub struct DeadLetter<'a> {
     pub topic: &'a str,
     pub partition: i32,
     pub offset: i64,
+    /// Where the job's partitioner puts the record's key, when it was read elsewhere (a join's
+    /// `not_co_partitioned`).
+    pub expected_partition: Option<u32>,
+}
+
+impl<'a> DeadLetter<'a> {
+    /// The dead letter of a record the pipeline refused for `error`, read at `partition` and
+    /// `offset` of `topic`.
+    pub fn refused(error: &'a DecodeError, topic: &'a str, partition: i32, offset: i64) -> Self {
+        let expected_partition = match error {
+            DecodeError::NotCoPartitioned { expected, .. } => Some(*expected),
+            _ => None,
+        };
+        Self {
+            reason: error.reason(),
+            detail: error.to_string(),
+            topic,
+            partition,
+            offset,
+            expected_partition,
+        }
+    }
 }
 
 impl DeadLetter<'_> {
@@ -31,6 +53,7 @@ impl DeadLetter<'_> {
     pub fn record<'p>(&self, payload: &'p [u8]) -> (OwnedHeaders, Option<&'p [u8]>) {
         let partition = self.partition.to_string();
         let offset = self.offset.to_string();
+        let expected = self.expected_partition.map(|p| p.to_string());
         let mut fields = vec![
             ("streamkeeper.reason", self.reason),
             ("streamkeeper.detail", self.detail.as_str()),
@@ -38,6 +61,9 @@ impl DeadLetter<'_> {
             ("streamkeeper.source.partition", partition.as_str()),
             ("streamkeeper.source.offset", offset.as_str()),
         ];
+        if let Some(expected) = &expected {
+            fields.push(("streamkeeper.expected-partition", expected.as_str()));
+        }
         let header_bytes: usize = fields.iter().map(|(k, v)| k.len() + v.len()).sum();
         let keep_payload = record_size::fits(0, payload.len(), header_bytes + 64);
         if !keep_payload {
@@ -67,6 +93,7 @@ mod tests {
             topic: "in",
             partition: 3,
             offset: 77,
+            expected_partition: None,
         }
     }
 
@@ -91,6 +118,28 @@ mod tests {
             "77"
         );
         assert_eq!(header(&headers, "streamkeeper.payload-omitted"), None);
+    }
+
+    #[test]
+    fn a_misplaced_record_names_the_partition_its_key_belongs_in() {
+        let error = DecodeError::NotCoPartitioned {
+            key: "card-7".into(),
+            partition: 1,
+            expected: 2,
+            partitioner: "murmur2",
+            evidence: "its placement fits crc32".into(),
+        };
+        let (headers, _) = DeadLetter::refused(&error, "cards", 1, 5).record(b"{}");
+        assert_eq!(
+            header(&headers, "streamkeeper.reason").unwrap(),
+            "not_co_partitioned"
+        );
+        assert_eq!(
+            header(&headers, "streamkeeper.expected-partition").unwrap(),
+            "2"
+        );
+        let (headers, _) = letter().record(b"{}");
+        assert_eq!(header(&headers, "streamkeeper.expected-partition"), None);
     }
 
     #[test]

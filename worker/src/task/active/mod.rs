@@ -18,11 +18,14 @@
 //!   disagree;
 //! - `promotion`: the steps of a promotion, timed;
 //! - `merge`: the order in which a join's task takes the records of its two topics;
+//! - `cadence`: when the loop looks at its sources;
 //! - `processing_loop`: the exactly-once loop ([`ActiveLoop`]);
-//! - `watch`: each source's lag, and whether the consumer stalled on one;
+//! - `watch`: each source's lag, whether the consumer stalled on one, and whether a join's
+//!   topics kept their partition count;
 //! - `resume`: resuming the input where the state says, by `input_position`'s rule;
 //! - `identity`: which processor built the state (a check the loop commits).
 
+mod cadence;
 mod claim;
 mod commit_mark;
 pub(super) mod dead_letter;

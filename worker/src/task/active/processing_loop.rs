@@ -4,6 +4,7 @@
 //! overlay and the offsets to RocksDB in one atomic write. Local state therefore never holds an
 //! uncommitted change, and a restart needs only a delta replay.
 
+use super::cadence::SourceChecks;
 use super::dead_letter::{self, DeadLetter};
 use super::input_position;
 use super::merge::Merge;
@@ -150,7 +151,7 @@ impl<'a> ActiveLoop<'a> {
     ) -> Result<(), TaskError> {
         let kafka = &self.context.config.kafka;
         let mut txn: Option<Transaction> = None;
-        let mut last_lag_check: Option<Instant> = None;
+        let mut checks = SourceChecks::default();
         let refresh_every = offset_refresh_interval();
         let mut input_watch = ConsumerWatch::new(consumer_watch::stall_after());
         let mut merge = self.right_topic.as_ref().map(|_| Merge::default());
@@ -185,10 +186,7 @@ impl<'a> ActiveLoop<'a> {
             if let Some(checkpoints) = checkpoints {
                 checkpoints.maybe_checkpoint(store);
             }
-            if last_lag_check.is_none_or(|at| at.elapsed() >= Duration::from_secs(2)) {
-                self.check_sources(store, txn.as_ref(), &mut input_watch)?;
-                last_lag_check = Some(Instant::now());
-            }
+            self.check_sources(store, txn.as_ref(), &mut input_watch, &mut checks)?;
             let polled = self.poll(merge.as_mut());
             input_watch.polled(matches!(polled, Some(Ok(_))), Instant::now());
             let message = match polled {
@@ -264,13 +262,23 @@ impl<'a> ActiveLoop<'a> {
             .records_processed
             .get_or_create(&label)
             .inc();
-        let (reason, detail) = match result {
-            Ok(Ok(output)) => return self.emit(txn, &output),
-            Ok(Err(oversized)) => (dead_letter::OVERSIZED, oversized.to_string()),
-            Err(ProcessError::BadRecord(reason)) => (reason.reason(), reason.to_string()),
-            Err(other) => return Err(TaskError::Process(other)),
+        let topic = self.topic_of(input.side);
+        let letter = match &result {
+            Ok(Ok(output)) => return self.emit(txn, output),
+            Ok(Err(oversized)) => DeadLetter {
+                reason: dead_letter::OVERSIZED,
+                detail: oversized.to_string(),
+                topic,
+                partition: self.partition,
+                offset: input.offset,
+                expected_partition: None,
+            },
+            Err(ProcessError::BadRecord(error)) => {
+                DeadLetter::refused(error, topic, self.partition, input.offset)
+            }
+            Err(_) => return result.map(|_| ()).map_err(TaskError::Process),
         };
-        self.send_dead_letter(txn, input, reason, detail)
+        self.send_dead_letter(txn, input, &letter)
     }
 
     /// Produces a processed record's output into the open transaction.
@@ -302,18 +310,10 @@ impl<'a> ActiveLoop<'a> {
         &self,
         txn: &mut Transaction,
         input: &RawInput<'_>,
-        reason: &str,
-        detail: String,
+        letter: &DeadLetter<'_>,
     ) -> Result<(), TaskError> {
         let kafka = &self.context.config.kafka;
-        let offset = input.offset;
-        let letter = DeadLetter {
-            reason,
-            detail,
-            topic: self.topic_of(input.side),
-            partition: self.partition,
-            offset,
-        };
+        let (offset, reason) = (input.offset, letter.reason);
         let (headers, kept) = letter.record(input.payload.unwrap_or_default());
         let mut record = FutureRecord::<(), [u8]>::to(&kafka.dead_letter_topic).headers(headers);
         if let Some(kept) = kept {
@@ -419,10 +419,15 @@ impl<'a> ActiveLoop<'a> {
             .changelog_records_written
             .get_or_create(&label)
             .inc_by(changelog_records);
+        let placement = self.pipeline.placement_evidence();
         self.context.board.update(self.task, |r| {
             r.committed_transactions += 1;
             r.next_input_offset = Some(meta.next_input_offset);
             r.next_changelog_offset = Some(meta.next_changelog_offset);
+            // A restarted run has checked nothing yet: the last run's evidence stays shown.
+            if placement.iter().any(|side| side.checked > 0) {
+                r.placement = placement;
+            }
         });
         if let Some(mut clock) = self.promotion.take() {
             clock.mark(Step::FirstCommit);

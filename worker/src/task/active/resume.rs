@@ -25,10 +25,10 @@ impl ActiveLoop<'_> {
         if let Some(partitioner) = partitioner
             && let Some(partitions) = self.source_partitions()?
         {
-            self.set_placement(Placement {
-                partitioner,
-                partitions,
-            });
+            let right = self.topic_of(Side::Right).to_string();
+            let placement =
+                Placement::new(partitioner, partitions, self.topic_of(Side::Left), &right);
+            self.set_placement(placement);
         }
         let mut assignment = TopicPartitionList::new();
         let mut again = Positions::default();

@@ -1,8 +1,9 @@
 //! What an active task shows and checks of its sources every few seconds: each source's lag
 //! behind the broker's last stable offset (their sum is the task's input lag), whether the
-//! consumer has stalled on one of them (`consumer_watch`), and whether a join's two topics still
-//! have as many partitions.
+//! consumer has stalled on one of them (`consumer_watch`), and, less often, whether a join's
+//! topics still have the partition count its keys are placed by.
 
+use super::cadence::SourceChecks;
 use super::processing_loop::{ActiveLoop, Transaction};
 use crate::metrics::TaskLabel;
 use crate::processor::Side;
@@ -14,17 +15,31 @@ use rdkafka::consumer::Consumer;
 use std::time::{Duration, Instant};
 
 impl ActiveLoop<'_> {
-    /// Shows the input lag (summed over the sources) and judges the consumer on each source;
-    /// a stall is the error that restarts the role with a new consumer.
+    /// Whatever of the checks below is due.
     pub(super) fn check_sources(
         &self,
         store: &RocksStore,
         txn: Option<&Transaction>,
         watch: &mut ConsumerWatch,
+        checks: &mut SourceChecks,
     ) -> Result<(), TaskError> {
-        if self.sides().len() > 1 {
+        if self.sides().len() > 1 && checks.partitions_due() {
             self.source_partitions()?;
         }
+        if checks.lag_due() {
+            self.check_lag(store, txn, watch)?;
+        }
+        Ok(())
+    }
+
+    /// Shows the input lag (summed over the sources) and judges the consumer on each source;
+    /// a stall is the error that restarts the role with a new consumer.
+    fn check_lag(
+        &self,
+        store: &RocksStore,
+        txn: Option<&Transaction>,
+        watch: &mut ConsumerWatch,
+    ) -> Result<(), TaskError> {
         let mut lag = None;
         for side in self.sides() {
             let topic = self.topic_of(side);
@@ -80,32 +95,43 @@ impl ActiveLoop<'_> {
             .map_err(|e| TaskError::kafka("pausing the input (failpoint)", e))
     }
 
-    /// The partition count of the task's sources, which must be one: a join whose topics no
-    /// longer agree (a topic got partitions after the job started) stops its tasks. `Ok(None)`
-    /// when the broker did not answer now (the next check asks again).
+    /// The partition count a join's keys are placed by: its changelog's, which the operator
+    /// created with the input's count when the job started. Each source must still have it: a
+    /// topic that got partitions since places keys elsewhere now, so the task stops rather than
+    /// join them wrongly ([`TaskError::PartitionsChanged`]). `Ok(None)` when the broker did
+    /// not answer now (the next check asks again).
     pub(super) fn source_partitions(&self) -> Result<Option<u32>, TaskError> {
-        let mut counts = Vec::new();
+        let changelog = self.context.config.kafka.changelog_topic.as_str();
+        let Some(placed_by) = self.partition_count(changelog) else {
+            return Ok(None);
+        };
         for side in self.sides() {
             let topic = self.topic_of(side);
-            let Ok(metadata) = self
-                .input
-                .fetch_metadata(Some(topic), Duration::from_secs(2))
-            else {
+            let Some(count) = self.partition_count(topic) else {
                 return Ok(None);
             };
-            let count = metadata
-                .topics()
-                .first()
-                .map_or(0, |found| found.partitions().len());
-            counts.push((topic.to_string(), count));
+            if count != placed_by {
+                return Err(TaskError::PartitionsChanged(format!(
+                    "task {}: {topic} has {count} partitions, but the job's keys are placed by {placed_by} (its tasks, and its changelog {changelog}): a key's records now sit in other partitions than its state; recreate the job to place its keys by the new count",
+                    self.task
+                )));
+            }
         }
-        match counts.as_slice() {
-            [(_, left), (_, right)] if left != right => Err(TaskError::PartitionsChanged(format!(
-                "task {}: {} has {left} partitions and {} has {right}: a join needs both alike; give them the same count (and recreate the job, whose state placed keys by the old one)",
-                self.task, counts[0].0, counts[1].0
-            ))),
-            [(_, count), ..] => Ok(u32::try_from(*count).ok()),
-            [] => Ok(None),
+        Ok(Some(placed_by))
+    }
+
+    /// `topic`'s partition count, as the broker answers now.
+    fn partition_count(&self, topic: &str) -> Option<u32> {
+        let metadata = self
+            .input
+            .fetch_metadata(Some(topic), Duration::from_secs(2))
+            .ok()?;
+        let found = metadata.topics().first()?;
+        if found.error().is_some() {
+            return None;
         }
+        u32::try_from(found.partitions().len())
+            .ok()
+            .filter(|count| *count > 0)
     }
 }

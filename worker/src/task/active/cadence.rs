@@ -1,0 +1,52 @@
+//! When an active task looks at its sources (see `watch`): the lag and the consumers every few
+//! seconds, a join's partition counts less often.
+
+use std::time::{Duration, Instant};
+
+/// How often the lag and the consumers are looked at.
+const LAG_CHECK: Duration = Duration::from_secs(2);
+/// How often a join's partition counts are: a metadata request per topic, and partitions are
+/// added rarely; every record's placement is checked meanwhile, so none joins wrongly.
+const PARTITION_CHECK: Duration = Duration::from_secs(10);
+
+/// When the loop last looked at its sources.
+#[derive(Debug, Default)]
+pub(super) struct SourceChecks {
+    lag: Option<Instant>,
+    partitions: Option<Instant>,
+}
+
+impl SourceChecks {
+    /// Whether the lag check is due; if so, it counts as done now.
+    pub(super) fn lag_due(&mut self) -> bool {
+        due(&mut self.lag, LAG_CHECK, Instant::now())
+    }
+
+    /// Whether the partition check is due; if so, it counts as done now.
+    pub(super) fn partitions_due(&mut self) -> bool {
+        due(&mut self.partitions, PARTITION_CHECK, Instant::now())
+    }
+}
+
+fn due(last: &mut Option<Instant>, every: Duration, now: Instant) -> bool {
+    let due = last.is_none_or(|at| now.duration_since(at) >= every);
+    if due {
+        *last = Some(now);
+    }
+    due
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_check_is_due_first_then_once_per_period() {
+        let start = Instant::now();
+        let mut last = None;
+        assert!(due(&mut last, LAG_CHECK, start));
+        assert!(!due(&mut last, LAG_CHECK, start + Duration::from_secs(1)));
+        assert!(due(&mut last, LAG_CHECK, start + LAG_CHECK));
+        assert!(!due(&mut last, LAG_CHECK, start + LAG_CHECK));
+    }
+}

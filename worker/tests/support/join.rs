@@ -1,0 +1,165 @@
+//! The join tests' helpers: records placed in the partition a partitioner gives their key, the
+//! join processor, waiting until the job consumed its topics, and its output as compared.
+
+use super::*;
+use rdkafka::TopicPartitionList;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, Producer};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use streamkeeper_contract::co_partitioning::Partitioner;
+use streamkeeper_contract::worker_config::{
+    JoinKind, JoinMode, JoinRight, JoinWindowConfig, ProcessorConfig, ProcessorKind,
+};
+
+/// Partitions of every topic of the join tests.
+pub const PARTITIONS: i32 = 4;
+
+/// A record as produced: its Kafka key, its value (`None`: a tombstone) and its timestamp,
+/// which is also its event time.
+#[derive(Clone, Debug)]
+pub struct Produced {
+    pub key: String,
+    pub value: Option<Value>,
+    pub time: i64,
+}
+
+/// One output record as compared: key, left and right sides.
+pub type Joined = (String, Value, Value);
+
+/// An hour ago: recent enough for the topics' retention, with room for the records' times.
+pub fn base_time() -> i64 {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    i64::try_from(now.as_millis()).unwrap() - 3_600_000
+}
+
+/// Produces `records` to `topic`, each in the partition murmur2 (the Java client's default)
+/// gives its key, with its time as the Kafka timestamp.
+pub fn produce_placed(topic: &str, records: &[Produced]) {
+    produce_placed_by(topic, records, Partitioner::Murmur2);
+}
+
+/// [`produce_placed`] by `partitioner`.
+pub fn produce_placed_by(topic: &str, records: &[Produced], partitioner: Partitioner) {
+    let producer = producer();
+    for record in records {
+        let partition = partitioner.partition(record.key.as_bytes(), PARTITIONS as u32);
+        let payload = record.value.as_ref().map(|value| value.to_string());
+        let mut message = BaseRecord::<String, String>::to(topic)
+            .key(&record.key)
+            .partition(i32::try_from(partition).unwrap())
+            .timestamp(record.time);
+        if let Some(payload) = &payload {
+            message = message.payload(payload);
+        }
+        let mut message = message;
+        loop {
+            match producer.send(message) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    message = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+    producer.flush(TIMEOUT).unwrap();
+}
+
+pub async fn topic(name: &str) -> String {
+    let topic = unique_name(name);
+    create_topic(&topic, PARTITIONS, false).await;
+    topic
+}
+
+pub fn join_processor(
+    join: JoinKind,
+    mode: JoinMode,
+    right: JoinRight,
+    window: Option<JoinWindowConfig>,
+    history: Option<Duration>,
+) -> ProcessorConfig {
+    ProcessorConfig {
+        key_field: "card".into(),
+        time_field: Some("ts".into()),
+        kind: ProcessorKind::Join {
+            join,
+            mode,
+            right,
+            window,
+            history,
+            partitioner: Partitioner::Murmur2,
+        },
+    }
+}
+
+/// The committed offsets of the job's group in `topic`, per partition (-1: none).
+pub fn committed(job: &Job, topic: &str) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", kafka_bootstrap())
+        .set("group.id", job.config.job.group_id())
+        .create()
+        .unwrap();
+    let mut wanted = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        wanted.add_partition(topic, p);
+    }
+    let offsets = retrying("reading committed offsets", || {
+        consumer.committed_offsets(wanted.clone(), TIMEOUT)
+    });
+    (0..PARTITIONS)
+        .map(|p| {
+            let offset = offsets
+                .find_partition(topic, p)
+                .and_then(|e| e.offset().to_raw())
+                .unwrap_or(-1);
+            (p, offset)
+        })
+        .collect()
+}
+
+/// Waits until the job has committed every record of `topics` (or the worker exits).
+pub fn wait_consumed(job: &Job, worker: &mut Worker, topics: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    for topic in topics {
+        let ends = end_offsets(topic, PARTITIONS);
+        while committed(job, topic) != ends {
+            if let Some(status) = worker.child.try_wait().unwrap() {
+                panic!("worker exited with {status}; log:\n{}", worker.log_tail());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{topic} not consumed: committed {:?}, ends {ends:?}; log:\n{}",
+                committed(job, topic),
+                worker.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// The job's committed output, as (key, left, right), sorted.
+pub fn joined_output(job: &Job) -> Vec<Joined> {
+    let mut joined: Vec<Joined> = job
+        .output()
+        .into_values()
+        .flatten()
+        .map(|(key, value)| {
+            let value: Value = serde_json::from_str(&value).unwrap();
+            (key, value["left"].clone(), value["right"].clone())
+        })
+        .collect();
+    joined.sort_by_key(|entry| format!("{entry:?}"));
+    joined
+}
+
+pub fn sorted(mut joined: Vec<Joined>) -> Vec<Joined> {
+    joined.sort_by_key(|entry| format!("{entry:?}"));
+    joined
+}
+
+pub fn card(index: u32) -> String {
+    format!("card-{index}")
+}
