@@ -22,7 +22,8 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use streamkeeper_contract::worker_config::{ProcessorConfig, ProcessorKind, WindowConfig};
-use support::{Job, Worker};
+use support::Job;
+use support::rates::{sample_commits, steady_rate};
 
 const MB: f64 = 1024.0 * 1024.0;
 
@@ -46,44 +47,6 @@ fn hourly_aggregate() -> ProcessorConfig {
             }),
         },
     }
-}
-
-/// Committed input progress sampled until everything is committed: (seconds, records).
-fn sample_commits(job: &Job, worker: &mut Worker, total: u64) -> Vec<(f64, u64)> {
-    let started = Instant::now();
-    let mut samples = Vec::new();
-    loop {
-        let committed: u64 = job
-            .committed_offsets()
-            .values()
-            .map(|&o| o.max(0) as u64)
-            .sum();
-        samples.push((started.elapsed().as_secs_f64(), committed));
-        if committed >= total {
-            return samples;
-        }
-        if let Some(status) = worker.child.try_wait().unwrap() {
-            panic!("worker exited with {status}:\n{}", worker.log_tail());
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(1800),
-            "throughput run did not finish in 30 min"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
-/// Rate between the first samples at or past `from` and `to` of `total`.
-fn steady_rate(samples: &[(f64, u64)], total: u64, from: f64, to: f64) -> f64 {
-    let at = |fraction: f64| {
-        samples
-            .iter()
-            .find(|(_, done)| *done as f64 >= fraction * total as f64)
-            .copied()
-            .unwrap()
-    };
-    let ((t0, n0), (t1, n1)) = (at(from), at(to));
-    (n1 - n0) as f64 / (t1 - t0).max(1e-9)
 }
 
 struct Restore {

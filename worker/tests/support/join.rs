@@ -43,18 +43,32 @@ pub fn produce_placed(topic: &str, records: &[Produced]) {
 
 /// [`produce_placed`] by `partitioner`.
 pub fn produce_placed_by(topic: &str, records: &[Produced], partitioner: Partitioner) {
+    let raw = records.iter().map(|record| {
+        let payload = record.value.as_ref().map(Value::to_string);
+        (record.key.clone(), payload, record.time)
+    });
+    produce_raw_placed_by(topic, PARTITIONS, partitioner, raw);
+}
+
+/// Produces `(key, payload, time)` records (a `None` payload: a tombstone) to `topic` of
+/// `partitions`, each in the partition `partitioner` gives its key, with `time` as its Kafka
+/// timestamp.
+pub fn produce_raw_placed_by(
+    topic: &str,
+    partitions: i32,
+    partitioner: Partitioner,
+    records: impl IntoIterator<Item = (String, Option<String>, i64)>,
+) {
     let producer = producer();
-    for record in records {
-        let partition = partitioner.partition(record.key.as_bytes(), PARTITIONS as u32);
-        let payload = record.value.as_ref().map(|value| value.to_string());
+    for (key, payload, time) in records {
+        let partition = partitioner.partition(key.as_bytes(), partitions as u32);
         let mut message = BaseRecord::<String, String>::to(topic)
-            .key(&record.key)
+            .key(&key)
             .partition(i32::try_from(partition).unwrap())
-            .timestamp(record.time);
+            .timestamp(time);
         if let Some(payload) = &payload {
             message = message.payload(payload);
         }
-        let mut message = message;
         loop {
             match producer.send(message) {
                 Ok(()) => break,

@@ -27,6 +27,7 @@ use streamkeeper_worker::store::{OpenOutcome, RocksStore, StateStore};
 
 pub mod checkpoints;
 pub mod join;
+pub mod rates;
 pub mod standby;
 
 pub use streamkeeper_test_support::{
