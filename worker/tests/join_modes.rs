@@ -16,7 +16,6 @@ mod support;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use streamkeeper_contract::co_partitioning::Partitioner;
 use streamkeeper_contract::worker_config::{JoinKind, JoinMode, JoinRight, JoinWindowConfig};
 use support::join::*;
 use support::*;
@@ -117,11 +116,6 @@ fn stream_phases(base: i64, blocks: i64) -> Vec<Vec<Sided>> {
         );
     }
     phases
-}
-
-/// The partition murmur2 gives `key`: each partition is one task with its own stream time.
-fn partition_of_key(key: &str) -> u32 {
-    Partitioner::Murmur2.partition(key.as_bytes(), PARTITIONS as u32)
 }
 
 /// The last partner time of a record of `side` at `t`: the end of its window.
@@ -288,45 +282,6 @@ fn table_versions(base: i64) -> Vec<Produced> {
         time: base + 500_000,
     }));
     table
-}
-
-/// The expected table join: a left record at `t` meets the version of its key with the greatest
-/// time at or before `t` (a tombstone: none); a record older than the partition's table time
-/// minus `history` is late and dropped.
-fn expected_table_join(
-    table: &[Produced],
-    stream: &[Produced],
-    mode: JoinMode,
-    history_ms: i64,
-) -> Vec<Joined> {
-    let mut table_time: BTreeMap<u32, i64> = BTreeMap::new();
-    for version in table {
-        let time = table_time
-            .entry(partition_of_key(&version.key))
-            .or_insert(i64::MIN);
-        *time = (*time).max(version.time);
-    }
-    let mut joined = Vec::new();
-    for record in stream {
-        let table_time = table_time
-            .get(&partition_of_key(&record.key))
-            .copied()
-            .unwrap_or(i64::MIN);
-        if record.time < table_time.saturating_sub(history_ms) {
-            continue;
-        }
-        let version = table
-            .iter()
-            .filter(|version| version.key == record.key && version.time <= record.time)
-            .max_by_key(|version| version.time);
-        let left = record.value.clone().unwrap();
-        match (version.and_then(|version| version.value.clone()), mode) {
-            (Some(right), _) => joined.push((record.key.clone(), left, right)),
-            (None, JoinMode::Left) => joined.push((record.key.clone(), left, Value::Null)),
-            (None, _) => {}
-        }
-    }
-    sorted(joined)
 }
 
 #[tokio::test(flavor = "multi_thread")]
