@@ -5,11 +5,13 @@
 //! - `no-standby`: the same without standbys (the task restarts on the returning pod's volume,
 //!   or is restored on another pod);
 //! - `frozen`: 1 standby, the owner frozen with SIGSTOP (resumed after its task moved);
-//! - `frozen-1s`: the same with `spec.recovery.heartbeatTimeout: 1s` instead of the default 2 s.
+//! - `frozen-1s`: the same with `spec.recovery.heartbeatTimeout: 1s` instead of the default 2 s;
+//! - `join`: as `standby`, the job a left stream-table join of the events with a card table
+//!   instead of a count (its output checked: every event joined exactly once).
 //!
 //! Needs the real services (`tests/services/{kafka,s3,kube}.sh start`, their `env` exported).
 //! Run: `tests/bench.sh failover` (BENCH_FAILURES per scenario, default 20; BENCH_SCENARIOS,
-//! default all four). It runs on the debug build the tests use (`--profile dev`): the time is
+//! default all five). It runs on the debug build the tests use (`--profile dev`): the time is
 //! Kafka round trips, fencing and the heartbeat, not CPU. Prints the figures and writes them as
 //! JSON to `$BENCH_OUT` (default `target/bench/failover.json` under the cargo target dir).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // bench code
@@ -20,6 +22,7 @@ mod operator_support;
 use operator_support::failover::*;
 use std::process::Command;
 use std::time::Duration;
+use streamkeeper_contract::co_partitioning::Partitioner;
 
 struct Scenario {
     name: &'static str,
@@ -27,32 +30,45 @@ struct Scenario {
     signal: &'static str,
     /// `spec.recovery.heartbeatTimeout`, when not the default.
     heartbeat_timeout: Option<&'static str>,
+    /// The job joins the events with a card table instead of counting them.
+    join: bool,
 }
 
-const SCENARIOS: [Scenario; 4] = [
+const SCENARIOS: [Scenario; 5] = [
     Scenario {
         name: "standby",
         standbys: 1,
         signal: "KILL",
         heartbeat_timeout: None,
+        join: false,
     },
     Scenario {
         name: "no-standby",
         standbys: 0,
         signal: "KILL",
         heartbeat_timeout: None,
+        join: false,
     },
     Scenario {
         name: "frozen",
         standbys: 1,
         signal: "STOP",
         heartbeat_timeout: None,
+        join: false,
     },
     Scenario {
         name: "frozen-1s",
         standbys: 1,
         signal: "STOP",
         heartbeat_timeout: Some("1s"),
+        join: false,
+    },
+    Scenario {
+        name: "join",
+        standbys: 1,
+        signal: "KILL",
+        heartbeat_timeout: None,
+        join: true,
     },
 ];
 
@@ -76,10 +92,14 @@ async fn whole_again(system: &System) -> bool {
 }
 
 async fn run(scenario: &Scenario, failures: u32) -> serde_json::Value {
-    let spec = match scenario.heartbeat_timeout {
+    let mut spec = match scenario.heartbeat_timeout {
         Some(timeout) => serde_json::json!({ "recovery": { "heartbeatTimeout": timeout } }),
         None => serde_json::json!({}),
     };
+    if scenario.join {
+        spec["processor"] =
+            operator_support::cards::card_table_join(CARDS, Partitioner::Crc32).await;
+    }
     let system = System::start_with(
         &format!("bench-{}", scenario.name),
         160,
@@ -121,10 +141,17 @@ async fn run(scenario: &Scenario, failures: u32) -> serde_json::Value {
     }
     producing.finish();
     let events = 1_000 + chunks * 100;
-    wait_until("exactly one count per event", async || {
-        operator_support::cards::exact_output(&system.output, PARTITIONS, events)
-    })
-    .await;
+    if scenario.join {
+        wait_until("every event joined exactly once", async || {
+            operator_support::cards::exact_join_output(&system.output, PARTITIONS, events)
+        })
+        .await;
+    } else {
+        wait_until("exactly one count per event", async || {
+            operator_support::cards::exact_output(&system.output, PARTITIONS, events)
+        })
+        .await;
+    }
     system.clean_up().await;
     let mut sorted = seconds.clone();
     sorted.sort_by(f64::total_cmp);

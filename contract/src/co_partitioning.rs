@@ -131,6 +131,35 @@ pub fn partition_counts(
     })
 }
 
+/// A join topic whose partition count is no longer the one the job's keys are placed by (its
+/// task count, which is its changelog's partition count): someone added partitions after the
+/// job started, and a key's records now sit in other partitions than its state.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{topic} has {partitions} partitions, but the job's keys are placed by {placed_by} (its tasks, and its changelog): a key's records now sit in other partitions than its state; recreate the job to place its keys by the new count"
+)]
+pub struct PartitionsChanged {
+    pub topic: String,
+    pub partitions: i32,
+    pub placed_by: i32,
+}
+
+/// Each of a started join's `topics` (name, partition count) against `placed_by`, the count
+/// its keys are placed by: the first that differs, if any.
+pub fn still_placed_by(placed_by: i32, topics: &[(&str, i32)]) -> Result<(), PartitionsChanged> {
+    match topics
+        .iter()
+        .find(|(_, partitions)| *partitions != placed_by)
+    {
+        None => Ok(()),
+        Some((topic, partitions)) => Err(PartitionsChanged {
+            topic: (*topic).to_string(),
+            partitions: *partitions,
+            placed_by,
+        }),
+    }
+}
+
 /// The longest example key a report carries: enough to find the record, never a payload.
 pub const EXAMPLE_KEY_CHARS: usize = 128;
 
@@ -304,6 +333,22 @@ mod tests {
         for part in ["transactions has 6", "cards has 4"] {
             assert!(text.contains(part), "{text}");
         }
+    }
+
+    #[test]
+    fn a_started_joins_topic_with_another_count_is_named_with_both_counts() {
+        assert_eq!(
+            still_placed_by(4, &[("transactions", 4), ("cards", 4)]),
+            Ok(())
+        );
+        let changed = still_placed_by(4, &[("transactions", 4), ("cards", 6)]).unwrap_err();
+        assert_eq!(changed.topic, "cards");
+        let text = changed.to_string();
+        for part in ["cards has 6 partitions", "placed by 4"] {
+            assert!(text.contains(part), "{text}");
+        }
+        // Both topics expanded alike still place keys elsewhere than the state.
+        assert!(still_placed_by(4, &[("transactions", 8), ("cards", 8)]).is_err());
     }
 
     #[test]

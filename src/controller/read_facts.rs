@@ -24,6 +24,9 @@ pub struct KafkaFacts {
     pub input_partitions: i32,
     /// A join's right topic and its partition count.
     pub right_partitions: Option<(String, i32)>,
+    /// A join's changelog's partition count, once it exists: the count the job's keys are
+    /// placed by since it started.
+    pub changelog_partitions: Option<i32>,
     /// The input's `retention.ms` and `retention.bytes`, or the config that makes no sense.
     pub input_retention: Result<TopicRetention, RetentionViolation>,
 }
@@ -51,12 +54,20 @@ pub async fn read_kafka(ctx: &Context, job: &ValidatedJob) -> Result<KafkaFacts,
                 Some((right.to_string(), topic.partitions))
             }
         };
+    let changelog_partitions = match right_partitions {
+        None => None,
+        Some(_) => admin
+            .topic(&job.kafka.changelog_topic)
+            .await?
+            .map(|changelog| changelog.partitions),
+    };
     let config = |key: &str| input.config.get(key).map(String::as_str);
     let input_retention =
         TopicRetention::from_topic_config(config("retention.ms"), config("retention.bytes"));
     Ok(KafkaFacts {
         input_partitions: input.partitions,
         right_partitions,
+        changelog_partitions,
         input_retention,
         admin,
     })

@@ -33,7 +33,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, Event as FinalizerEvent};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use streamkeeper_contract::co_partitioning::{self, PartitionCountMismatch};
+use streamkeeper_contract::co_partitioning::{self, PartitionCountMismatch, PartitionsChanged};
 
 /// Put on every job so deleting it waits for the clean-up its `deletionPolicy` asks for.
 pub const FINALIZER: &str = "streamkeeper.dev/cleanup";
@@ -188,13 +188,7 @@ async fn run_pipeline(
     let kafka = read_facts::read_kafka(ctx, &validated)
         .await
         .map_err(|error| Halt::Unreachable(error, UNCHECKED_BEFORE_APPLY))?;
-    if let Some((right_topic, right_partitions)) = &kafka.right_partitions {
-        co_partitioning::partition_counts(
-            (&validated.kafka.input_topic, kafka.input_partitions),
-            (right_topic, *right_partitions),
-        )
-        .map_err(Halt::NotCoPartitioned)?;
-    }
+    let partitions_changed = join_partitions(job, &validated, &kafka)?;
     let input_retention = kafka
         .input_retention
         .map_err(|violation| Halt::Refused(Refusal::input_retention(violation)))?;
@@ -283,6 +277,7 @@ async fn run_pipeline(
             desired_pods,
             ready_pods,
             moves: &ctx.failovers.moves(&validated.namespace, &validated.name),
+            partitions_changed: partitions_changed.as_ref(),
         },
     );
     // A drain for a scale-down is watched at the rolling upgrade's pace.
@@ -290,6 +285,33 @@ async fn run_pipeline(
         Some(_) => recheck.min(ROLLING_RECHECK),
         None => recheck,
     })
+}
+
+/// A join's partition counts. Before the job starts, both topics must have as many partitions,
+/// or nothing starts. Once it has (its tasks were assigned, and its changelog exists), its keys
+/// are placed by its changelog's count: a topic that changed since stops the join's tasks,
+/// which the job shows as `PartitionsChanged` (the workers find it too); it is not a refusal of
+/// the spec.
+fn join_partitions(
+    job: &StatefulStreamJob,
+    validated: &ValidatedJob,
+    kafka: &read_facts::KafkaFacts,
+) -> Result<Option<PartitionsChanged>, Halt> {
+    let Some((right_topic, right_partitions)) = &kafka.right_partitions else {
+        return Ok(None);
+    };
+    let left = (validated.kafka.input_topic.as_str(), kafka.input_partitions);
+    let right = (right_topic.as_str(), *right_partitions);
+    let started = job
+        .status
+        .as_ref()
+        .is_some_and(|status| status.assignment_generation.is_some());
+    match kafka.changelog_partitions.filter(|_| started) {
+        Some(placed_by) => Ok(co_partitioning::still_placed_by(placed_by, &[left, right]).err()),
+        None => co_partitioning::partition_counts(left, right)
+            .map(|()| None)
+            .map_err(Halt::NotCoPartitioned),
+    }
 }
 
 /// With standbys, a scale-down keeps the pods it removes until they have handed every task off

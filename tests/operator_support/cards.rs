@@ -1,6 +1,7 @@
 //! The card-count scenario the end-to-end tests share: child processes (the node agent, the
 //! operator) stopped when a test ends, the binaries cargo built, card events produced to the
-//! input, and the committed output checked to be exactly 1, 2, …, n per card.
+//! input, and the committed output checked to be exactly 1, 2, …, n per card (or, for a join
+//! of the events with a card table, every event joined exactly once).
 
 use super::{TIMEOUT, support};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -10,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use streamkeeper_contract::co_partitioning::Partitioner;
 
 /// A child process stopped when the test ends (SIGTERM first: the node agent stops its pods'
 /// processes on the way out); its log is printed if the test failed.
@@ -89,7 +91,13 @@ fn send_cards(
 ) {
     for index in range {
         let card = format!("card-{}", (index * 7) % cards);
-        let value = format!(r#"{{"card":"{card}","amount":{}}}"#, index % 97 + 1);
+        // `n` names the event and `ts` is its event time, for a join of the events (a count
+        // reads neither).
+        let value = format!(
+            r#"{{"card":"{card}","amount":{},"n":{index},"ts":{}}}"#,
+            index % 97 + 1,
+            now_ms()
+        );
         let mut record = BaseRecord::to(topic).key(&card).payload(&value);
         loop {
             match producer.send(record) {
@@ -106,6 +114,59 @@ fn send_cards(
     while let Err(error) = producer.flush(TIMEOUT) {
         assert!(Instant::now() < deadline, "producing to {topic}: {error}");
     }
+}
+
+fn now_ms() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.map_or(0, |elapsed| {
+        u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+    })
+}
+
+/// A table of the `cards` cards, one version each, for the events to be joined with: key
+/// `card-<i>`, value `{"card": …, "limit": …, "ts": now}`, placed by `partitioner` among
+/// `partitions` (the events are placed by the client's default, crc32).
+pub fn produce_card_table(topic: &str, cards: u32, partitioner: Partitioner, partitions: i32) {
+    let producer = card_producer();
+    for index in 0..cards {
+        let card = format!("card-{index}");
+        let value = format!(
+            r#"{{"card":"{card}","limit":{},"ts":{}}}"#,
+            100 + index,
+            now_ms()
+        );
+        let partition = partitioner.partition(card.as_bytes(), partitions.unsigned_abs());
+        let record = BaseRecord::to(topic)
+            .key(&card)
+            .payload(&value)
+            .partition(i32::try_from(partition).unwrap());
+        producer
+            .send(record)
+            .unwrap_or_else(|(error, _)| panic!("producing to {topic}: {error}"));
+    }
+    producer.flush(TIMEOUT).unwrap();
+}
+
+/// A left stream-table join of the events with a new table of the `cards` cards placed by
+/// `table_placed_by`, as `spec.processor`: each event meets its card once. The spec names
+/// crc32, the events' partitioner.
+pub async fn card_table_join(cards: u32, table_placed_by: Partitioner) -> serde_json::Value {
+    let partitions = super::failover::PARTITIONS;
+    let table = support::unique_name("card-table");
+    super::create_topic(&table, partitions, &[("cleanup.policy", "compact")]).await;
+    produce_card_table(&table, cards, table_placed_by, partitions);
+    serde_json::json!({
+        "type": "join",
+        "keyField": "card",
+        "timeField": "ts",
+        "join": {
+            "kind": "table",
+            "mode": "left",
+            "right": { "topic": table, "timeField": "ts" },
+            "history": "24h",
+            "partitioner": "crc32",
+        },
+    })
 }
 
 /// Input flowing on a thread: events from `from` on, 100 every 100 ms through one producer,
@@ -149,8 +210,9 @@ impl Producing {
     }
 }
 
-/// Every committed output record's `count`, per card, in order (read_committed from the start).
-pub fn committed_counts(topic: &str, partitions: i32) -> BTreeMap<String, Vec<u64>> {
+/// Every committed record's value of `topic`, as JSON, in order per partition
+/// (read_committed from the start).
+pub fn committed_values(topic: &str, partitions: i32) -> Vec<serde_json::Value> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", support::kafka_bootstrap())
         .set("group.id", support::unique_name("check"))
@@ -158,7 +220,7 @@ pub fn committed_counts(topic: &str, partitions: i32) -> BTreeMap<String, Vec<u6
         .set("enable.partition.eof", "true")
         .create()
         .unwrap();
-    let mut counts: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut values = Vec::new();
     let mut assignment = TopicPartitionList::new();
     let mut open = 0;
     for partition in 0..partitions {
@@ -173,7 +235,7 @@ pub fn committed_counts(topic: &str, partitions: i32) -> BTreeMap<String, Vec<u6
         }
     }
     if open == 0 {
-        return counts;
+        return values;
     }
     consumer.assign(&assignment).unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -183,15 +245,22 @@ pub fn committed_counts(topic: &str, partitions: i32) -> BTreeMap<String, Vec<u6
             Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => open -= 1,
             Some(Err(error)) => panic!("reading {topic}: {error}"),
             Some(Ok(message)) => {
-                let value: serde_json::Value =
-                    serde_json::from_slice(message.payload().unwrap()).unwrap();
-                counts
-                    .entry(value["key"].as_str().unwrap().to_string())
-                    .or_default()
-                    .push(value["count"].as_u64().unwrap());
+                values.push(serde_json::from_slice(message.payload().unwrap()).unwrap());
             }
             None => {}
         }
+    }
+    values
+}
+
+/// Every committed output record's `count`, per card, in order (read_committed from the start).
+pub fn committed_counts(topic: &str, partitions: i32) -> BTreeMap<String, Vec<u64>> {
+    let mut counts: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for value in committed_values(topic, partitions) {
+        counts
+            .entry(value["key"].as_str().unwrap().to_string())
+            .or_default()
+            .push(value["count"].as_u64().unwrap());
     }
     counts
 }
@@ -211,4 +280,21 @@ pub fn exact_output(topic: &str, partitions: i32, events: u32) -> Option<()> {
         "{total} output records for {events} events"
     );
     (total == events as usize).then_some(())
+}
+
+/// `Some` once the committed output of a left join of the events holds every event exactly
+/// once (`left.n` from 0 to `events` − 1) and each met its card; `None` while output is still
+/// missing. An event joined twice fails at once.
+pub fn exact_join_output(topic: &str, partitions: i32, events: u32) -> Option<()> {
+    let mut seen = vec![false; events as usize];
+    for value in committed_values(topic, partitions) {
+        let n = value["left"]["n"].as_u64().unwrap() as usize;
+        assert!(!seen[n], "event {n} joined twice");
+        assert!(
+            value["right"]["limit"].is_u64(),
+            "event {n} missed its card: {value}"
+        );
+        seen[n] = true;
+    }
+    seen.iter().all(|joined| *joined).then_some(())
 }

@@ -29,7 +29,7 @@ use conditions::{ConditionStatus, ConditionUpdate};
 use next_status::{Observation, PhaseInputs, condition};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use streamkeeper_contract::co_partitioning::PartitionCountMismatch;
+use streamkeeper_contract::co_partitioning::{PartitionCountMismatch, PartitionsChanged};
 use streamkeeper_contract::task_report::{TaskFailure, TaskPhase, TaskRole};
 use streamkeeper_contract::{TaskReport, format_go_duration};
 use task_views::TaskView;
@@ -318,6 +318,8 @@ pub struct TaskEvidence<'a> {
     pub ready_pods: i32,
     /// Each task's last move, as the failover loop decided it.
     pub moves: &'a BTreeMap<u32, LastMoves>,
+    /// A join topic that no longer has the partition count the job's keys are placed by.
+    pub partitions_changed: Option<&'a PartitionsChanged>,
 }
 
 /// The tasks' verdict: their status, `CheckpointStale`, `RecoveryGap`, `Restoring`, `Ready`,
@@ -332,6 +334,7 @@ pub fn tasks(observation: &mut Observation, evidence: TaskEvidence<'_>) -> Durat
         desired_pods,
         ready_pods,
         moves,
+        partitions_changed,
     } = evidence;
     let CheckpointObservation {
         tasks,
@@ -374,12 +377,19 @@ pub fn tasks(observation: &mut Observation, evidence: TaskEvidence<'_>) -> Durat
         desired_pods,
         ready_pods,
         at_risk,
-        task_failed: !view.failed.is_empty(),
+        task_failed: !view.failed.is_empty() || partitions_changed.is_some(),
     });
     observation.phase = Some(phase);
-    observation
-        .conditions
-        .push(ready(phase, &view, desired_pods, ready_pods));
+    let ready = match partitions_changed {
+        Some(changed) if phase != JobPhase::Suspended => condition(
+            types::READY,
+            ConditionStatus::False,
+            reasons::PARTITIONS_CHANGED,
+            format!("the join's tasks stop: {changed}"),
+        ),
+        _ => ready(phase, &view, desired_pods, ready_pods),
+    };
+    observation.conditions.push(ready);
     let tasks_settling = !validated.workers.suspend && view.running < view.tasks.len();
     observation.tasks = Some(view.tasks);
     if roll.in_progress() {

@@ -45,6 +45,7 @@ fn evidence<'a>(
         desired_pods: 2,
         ready_pods: 2,
         moves: &NO_MOVES,
+        partitions_changed: None,
     }
 }
 
@@ -209,6 +210,35 @@ fn a_join_task_stopped_by_a_partition_count_change_degrades_the_job_as_partition
     assert_eq!(ready.reason, reasons::PARTITIONS_CHANGED);
     assert!(
         ready.message.contains("cards has 6 partitions"),
+        "{}",
+        ready.message
+    );
+}
+
+#[test]
+fn a_started_joins_topic_with_another_partition_count_degrades_it_before_any_worker_says_so() {
+    let job = test_support::job();
+    let validated = test_support::validated();
+    let reports = [running("card-count-0", &[0]), running("card-count-1", &[1])];
+    let changed = streamkeeper_contract::co_partitioning::still_placed_by(
+        2,
+        &[("transactions", 2), ("cards", 3)],
+    )
+    .unwrap_err();
+    let mut observation = Observation::default();
+    tasks(
+        &mut observation,
+        TaskEvidence {
+            partitions_changed: Some(&changed),
+            ..evidence(&job, &validated, &reports)
+        },
+    );
+    assert_eq!(observation.phase, Some(JobPhase::Degraded));
+    let ready = of(&observation, types::READY);
+    assert_eq!(ready.status, ConditionStatus::False);
+    assert_eq!(ready.reason, reasons::PARTITIONS_CHANGED);
+    assert!(
+        ready.message.contains("cards has 3 partitions"),
         "{}",
         ready.message
     );

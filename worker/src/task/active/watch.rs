@@ -13,6 +13,7 @@ use crate::task::consumer_watch::{self, ConsumerStall, ConsumerWatch};
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::Consumer;
 use std::time::{Duration, Instant};
+use streamkeeper_contract::co_partitioning;
 
 impl ActiveLoop<'_> {
     /// Whatever of the checks below is due.
@@ -105,18 +106,18 @@ impl ActiveLoop<'_> {
         let Some(placed_by) = self.partition_count(changelog) else {
             return Ok(None);
         };
+        let mut counts = Vec::new();
         for side in self.sides() {
             let topic = self.topic_of(side);
             let Some(count) = self.partition_count(topic) else {
                 return Ok(None);
             };
-            if count != placed_by {
-                return Err(TaskError::PartitionsChanged(format!(
-                    "task {}: {topic} has {count} partitions, but the job's keys are placed by {placed_by} (its tasks, and its changelog {changelog}): a key's records now sit in other partitions than its state; recreate the job to place its keys by the new count",
-                    self.task
-                )));
-            }
+            counts.push((topic, i32::try_from(count).unwrap_or(i32::MAX)));
         }
+        let placed = i32::try_from(placed_by).unwrap_or(i32::MAX);
+        co_partitioning::still_placed_by(placed, &counts).map_err(|changed| {
+            TaskError::PartitionsChanged(format!("task {}: {changed}", self.task))
+        })?;
         Ok(Some(placed_by))
     }
 
