@@ -7,10 +7,10 @@ use crate::controller::Context;
 use crate::controller::apply::ApiError;
 use crate::controller::judge::next_status::{Observation, next_status, transition_events};
 use crate::k8s::events::publish;
+use crate::k8s::status::merge_status;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
 
 /// Writes the merged status of `job` (nothing when it is unchanged) and the Events of its
 /// condition transitions.
@@ -26,20 +26,14 @@ pub async fn update_status(
     }
     let namespace = job.namespace().unwrap_or_default();
     let name = job.name_any();
-    let api: Api<StatefulStreamJob> = Api::namespaced(ctx.client.clone(), &namespace);
-    api.patch_status(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({ "status": next })),
+    let fields = serde_json::to_value(&next).unwrap_or_default();
+    merge_status(
+        &ctx.client,
+        (&namespace, &name),
+        fields,
+        "update the status of",
     )
-    .await
-    .map_err(|source| ApiError {
-        action: "update the status of",
-        kind: "StatefulStreamJob".into(),
-        namespace: namespace.clone(),
-        name: name.clone(),
-        source,
-    })?;
+    .await?;
     for event in transition_events(&existing.conditions, &next.conditions) {
         publish(&ctx.recorder, job, event.warning, &event.reason, event.note).await;
     }

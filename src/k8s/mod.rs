@@ -6,6 +6,7 @@
 //! - [`names`], [`labels`]: every name, path, label and annotation derived from a job;
 //! - [`ownership`]: which existing objects the operator may write (only its job's own);
 //! - [`events`]: Events about a job;
+//! - [`status`]: merge patches of a job's status fields;
 //! - [`worker_token`]: the job's worker token Secret, created once and read back.
 
 pub mod apply;
@@ -13,4 +14,5 @@ pub mod events;
 pub mod labels;
 pub mod names;
 pub mod ownership;
+pub mod status;
 pub mod worker_token;

@@ -14,20 +14,20 @@ pub mod owner_marker;
 
 use crate::adapters::kafka_admin::DesiredTopic;
 use crate::adapters::kafka_admin::{Creation, KafkaAdmin, KafkaAdminError};
-use crate::api::StatefulStreamJob;
 use crate::api::status::CreatedTopic;
 use crate::controller::DesiredResources;
 use crate::controller::build::DesiredTopics;
 pub use crate::controller::error::ApplyError;
 pub use crate::k8s::apply::{ApiError, server_side_apply};
 use crate::k8s::ownership::{self, Verified};
+use crate::k8s::status;
 use crate::k8s::worker_token::{self, WorkerTokenError};
 use crate::retention::{self, RetentionViolation};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::{Client, Resource};
 pub use owner_marker::ChangelogClaimant;
 use serde::Serialize;
@@ -178,17 +178,9 @@ async fn record_created_topics(
     if created.is_empty() {
         return Ok(());
     }
-    let api: Api<StatefulStreamJob> = Api::namespaced(client.clone(), namespace);
-    let patch = serde_json::json!({ "status": { "createdTopics": created } });
-    api.patch_status(job, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .map_err(|source| ApiError {
-            action: "record the created topics in the status of",
-            kind: "StatefulStreamJob".into(),
-            namespace: namespace.to_string(),
-            name: job.to_string(),
-            source,
-        })?;
+    let fields = serde_json::json!({ "createdTopics": created });
+    let action = "record the created topics in the status of";
+    status::merge_status(client, (namespace, job), fields, action).await?;
     tracing::info!(%namespace, %job, topics = ?created.keys().collect::<Vec<_>>(), "created topics recorded");
     Ok(())
 }

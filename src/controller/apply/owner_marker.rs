@@ -15,9 +15,9 @@ use crate::controller::read_facts::checkpoint_reader;
 use crate::controller::{Context, ReconcileError, ValidatedJob};
 use crate::k8s::apply::ApiError;
 use crate::k8s::ownership::{ForeignObject, Verified};
+use crate::k8s::status;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
 use streamkeeper_contract::owner_marker::{self as prefix, ChangelogClaim, PrefixClaim};
 use streamkeeper_contract::{JobPrefix, OwnerMarker, Versioned};
 
@@ -96,18 +96,9 @@ async fn record_held(
     (namespace, job): (&str, &str),
     held: &OwnerRecords,
 ) -> Result<(), ApiError> {
-    let api: Api<StatefulStreamJob> = Api::namespaced(client.clone(), namespace);
-    let patch = serde_json::json!({ "status": { "ownerRecords": held } });
-    api.patch_status(job, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .map_err(|source| ApiError {
-            action: "record the owner records held in the status of",
-            kind: "StatefulStreamJob".into(),
-            namespace: namespace.to_string(),
-            name: job.to_string(),
-            source,
-        })?;
-    Ok(())
+    let fields = serde_json::json!({ "ownerRecords": held });
+    let action = "record the owner records held in the status of";
+    status::merge_status(client, (namespace, job), fields, action).await
 }
 
 /// Deletes the job's checkpoints if the prefix's marker names exactly this job, then the
