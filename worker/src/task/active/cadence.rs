@@ -10,13 +10,24 @@ const LAG_CHECK: Duration = Duration::from_secs(2);
 const PARTITION_CHECK: Duration = Duration::from_secs(10);
 
 /// When the loop last looked at its sources.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct SourceChecks {
     lag: Option<Instant>,
     partitions: Option<Instant>,
 }
 
 impl SourceChecks {
+    /// The checks of a loop starting now: each comes one period in. Resuming the input has
+    /// just read the sources' positions (and a join's partition counts), and a promotion's
+    /// first commit should not wait on a round trip per source to the broker.
+    pub(super) fn starting_now() -> Self {
+        let now = Some(Instant::now());
+        Self {
+            lag: now,
+            partitions: now,
+        }
+    }
+
     /// Whether the lag check is due; if so, it counts as done now.
     pub(super) fn lag_due(&mut self) -> bool {
         due(&mut self.lag, LAG_CHECK, Instant::now())

@@ -151,7 +151,7 @@ impl<'a> ActiveLoop<'a> {
     ) -> Result<(), TaskError> {
         let kafka = &self.context.config.kafka;
         let mut txn: Option<Transaction> = None;
-        let mut checks = SourceChecks::default();
+        let mut checks = SourceChecks::starting_now();
         let refresh_every = offset_refresh_interval();
         let mut input_watch = ConsumerWatch::new(consumer_watch::stall_after());
         let mut merge = self.right_topic.as_ref().map(|_| Merge::default());
