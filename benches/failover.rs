@@ -96,19 +96,30 @@ async fn run(scenario: &Scenario, failures: u32) -> serde_json::Value {
         Some(timeout) => serde_json::json!({ "recovery": { "heartbeatTimeout": timeout } }),
         None => serde_json::json!({}),
     };
-    if scenario.join {
+    let table = if scenario.join {
         spec["processor"] =
             operator_support::cards::card_table_join(CARDS, Partitioner::Crc32).await;
-    }
+        spec["processor"]["join"]["right"]["topic"]
+            .as_str()
+            .map(str::to_string)
+    } else {
+        None
+    };
+    // A join's first events come once its tasks have read the whole table (see `table_read`).
+    let first_events = if table.is_some() { 0 } else { 1_000 };
     let system = System::start_with(
         &format!("bench-{}", scenario.name),
         160,
         &[None],
         (3, scenario.standbys),
-        1_000,
+        first_events,
         spec,
     )
     .await;
+    if let Some(table) = &table {
+        operator_support::cards::table_read(&system, table, CARDS).await;
+        operator_support::cards::produce_cards(&system.input, CARDS, 0..1_000);
+    }
     system.settled(scenario.standbys as usize).await;
     let chunks = failures * 80;
     let producing = produce_in_background(&system.input, 1_000, chunks);

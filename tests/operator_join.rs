@@ -10,7 +10,7 @@ mod operator_support;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Api;
-use operator_support::cards::{card_table_join, exact_join_output};
+use operator_support::cards::{card_table_join, exact_join_output, produce_cards, table_read};
 use operator_support::failover::*;
 use rdkafka::admin::{AdminOptions, NewPartitions};
 use std::time::Duration;
@@ -49,7 +49,9 @@ async fn a_joins_killed_owner_is_replaced_by_its_standby_and_every_event_is_join
     let processor = card_table_join(CARDS, Partitioner::Crc32).await;
     let table = table_topic(&processor);
     let spec = serde_json::json!({ "processor": processor });
-    let system = System::start_with("op-join", 90, &[None], (3, 1), 2_000, spec).await;
+    let system = System::start_with("op-join", 90, &[None], (3, 1), 0, spec).await;
+    table_read(&system, &table, CARDS).await;
+    produce_cards(&system.input, CARDS, 0..2_000);
     let before = system.settled(1).await;
 
     let producing = produce_in_background(&system.input, 2_000, 30);

@@ -147,6 +147,33 @@ pub fn produce_card_table(topic: &str, cards: u32, partitioner: Partitioner, par
     producer.flush(TIMEOUT).unwrap();
 }
 
+/// Waits until the join's active tasks have read every one of the `cards` records of `table`
+/// (as their co-partitioning evidence counts them). A task reads its two topics in timestamp
+/// order only while both have records fetched: events produced before the table is read may be
+/// processed before the cards they should meet (docs/joins.md), so the join's tests produce
+/// their events after this.
+pub async fn table_read(system: &super::failover::System, table: &str, cards: u32) {
+    super::failover::wait_until(
+        "the join's tasks have read the whole card table",
+        async || {
+            let checked: u64 = system
+                .reports()
+                .await
+                .values()
+                .flatten()
+                .filter(|report| {
+                    report.role == streamkeeper_contract::task_report::TaskRole::Active
+                })
+                .flat_map(|report| &report.placement)
+                .filter(|evidence| evidence.topic == table)
+                .map(|evidence| evidence.checked)
+                .sum();
+            (checked >= u64::from(cards)).then_some(())
+        },
+    )
+    .await;
+}
+
 /// A left stream-table join of the events with a new table of the `cards` cards placed by
 /// `table_placed_by`, as `spec.processor`: each event meets its card once. The spec names
 /// crc32, the events' partitioner.

@@ -33,10 +33,12 @@ impl ActiveLoop<'_> {
         let mut assignment = TopicPartitionList::new();
         let mut again = Positions::default();
         let mut resumed = Vec::new();
+        let mut lag = 0;
         for side in self.sides() {
             // The state's position is an offset of the topic it was built from: only there.
             self.check_input_identity(store, side)?;
-            let resume = self.resume_source(store, side)?;
+            let (resume, log_end) = self.resume_source(store, side)?;
+            lag += (log_end - resume.offset).max(0);
             let topic = self.topic_of(side);
             assignment
                 .add_partition_offset(topic, self.partition, Offset::Offset(resume.offset))
@@ -65,11 +67,14 @@ impl ActiveLoop<'_> {
             r.next_input_offset = Some(input_offset);
             r.next_changelog_offset = Some(changelog_offset);
         });
+        // The loop looks at the lag a period in; until then it is what resuming found.
+        self.show_lag(lag);
         Ok(())
     }
 
-    /// Decides where `side` resumes, and reports a gap or a disagreement with Kafka.
-    fn resume_source(&self, store: &RocksStore, side: Side) -> Result<Resume, TaskError> {
+    /// Decides where `side` resumes, and reports a gap or a disagreement with Kafka; with the
+    /// partition's end offset.
+    fn resume_source(&self, store: &RocksStore, side: Side) -> Result<(Resume, i64), TaskError> {
         let topic = self.topic_of(side);
         let committed = self.committed_offset(topic)?;
         let (log_start, log_end) = self.watermarks(topic)?;
@@ -113,7 +118,7 @@ impl ActiveLoop<'_> {
                 .inc();
             tracing::warn!(task = self.task, %topic, committed = ?committed, state_position, resume_at = resume.offset, how = disagreement.as_str(), "Kafka's committed input offset disagrees with the state's position; the state is the truth, committing its position again");
         }
-        Ok(resume)
+        Ok((resume, log_end))
     }
 
     /// The next offset of `side` the state has not consumed: the metadata's for the input, the

@@ -61,16 +61,21 @@ impl ActiveLoop<'_> {
             }
         }
         if let Some(lag) = lag {
-            self.context
-                .metrics
-                .input_lag_records
-                .get_or_create(&TaskLabel { task: self.task })
-                .set(lag);
-            self.context
-                .board
-                .update(self.task, |r| r.input_lag = Some(lag));
+            self.show_lag(lag);
         }
         Ok(())
+    }
+
+    /// Shows the task's input lag (summed over its sources) in the metrics and on the board.
+    pub(super) fn show_lag(&self, lag: i64) {
+        self.context
+            .metrics
+            .input_lag_records
+            .get_or_create(&TaskLabel { task: self.task })
+            .set(lag);
+        self.context
+            .board
+            .update(self.task, |r| r.input_lag = Some(lag));
     }
 
     /// Counts and reports a stalled input consumer; the error restarts the role from the
