@@ -97,11 +97,10 @@ async fn run(scenario: &Scenario, failures: u32) -> serde_json::Value {
         None => serde_json::json!({}),
     };
     let table = if scenario.join {
-        spec["processor"] =
+        let (table, processor) =
             operator_support::cards::card_table_join(CARDS, Partitioner::Crc32).await;
-        spec["processor"]["join"]["right"]["topic"]
-            .as_str()
-            .map(str::to_string)
+        spec["processor"] = processor;
+        Some(table)
     } else {
         None
     };

@@ -36,18 +36,9 @@ async fn condition_where(
     .await
 }
 
-/// The right topic of the job's join, as its spec names it.
-fn table_topic(processor: &serde_json::Value) -> String {
-    processor["join"]["right"]["topic"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_joins_killed_owner_is_replaced_by_its_standby_and_every_event_is_joined_once() {
-    let processor = card_table_join(CARDS, Partitioner::Crc32).await;
-    let table = table_topic(&processor);
+    let (table, processor) = card_table_join(CARDS, Partitioner::Crc32).await;
     let spec = serde_json::json!({ "processor": processor });
     let system = System::start_with("op-join", 90, &[None], (3, 1), 0, spec).await;
     table_read(&system, &table, CARDS).await;
@@ -108,8 +99,7 @@ async fn a_joins_killed_owner_is_replaced_by_its_standby_and_every_event_is_join
 async fn a_table_placed_by_another_partitioner_than_the_events_is_named_with_an_example_key() {
     // The events are placed by crc32 (librdkafka's default), as the spec says; the table by
     // murmur2 (a Java producer's default).
-    let processor = card_table_join(CARDS, Partitioner::Murmur2).await;
-    let table = table_topic(&processor);
+    let (table, processor) = card_table_join(CARDS, Partitioner::Murmur2).await;
     let spec = serde_json::json!({ "processor": processor });
     let system = System::start_with("op-join-placed", 110, &[None], (2, 0), 2_000, spec).await;
     let (verdict, _) = condition_where(&system, "CoPartitioned", |c| c.status == "False").await;

@@ -175,14 +175,17 @@ pub async fn table_read(system: &super::failover::System, table: &str, cards: u3
 }
 
 /// A left stream-table join of the events with a new table of the `cards` cards placed by
-/// `table_placed_by`, as `spec.processor`: each event meets its card once. The spec names
-/// crc32, the events' partitioner.
-pub async fn card_table_join(cards: u32, table_placed_by: Partitioner) -> serde_json::Value {
+/// `table_placed_by`: the table's name, and the join as `spec.processor` (each event meets its
+/// card once; the spec names crc32, the events' partitioner).
+pub async fn card_table_join(
+    cards: u32,
+    table_placed_by: Partitioner,
+) -> (String, serde_json::Value) {
     let partitions = super::failover::PARTITIONS;
     let table = support::unique_name("card-table");
     super::create_topic(&table, partitions, &[("cleanup.policy", "compact")]).await;
     produce_card_table(&table, cards, table_placed_by, partitions);
-    serde_json::json!({
+    let processor = serde_json::json!({
         "type": "join",
         "keyField": "card",
         "timeField": "ts",
@@ -193,7 +196,8 @@ pub async fn card_table_join(cards: u32, table_placed_by: Partitioner) -> serde_
             "history": "24h",
             "partitioner": "crc32",
         },
-    })
+    });
+    (table, processor)
 }
 
 /// Input flowing on a thread: events from `from` on, 100 every 100 ms through one producer,

@@ -109,44 +109,19 @@ pub fn join_processor(
     }
 }
 
-/// The committed offsets of the job's group in `topic`, per partition (-1: none).
-pub fn committed(job: &Job, topic: &str) -> BTreeMap<i32, i64> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", kafka_bootstrap())
-        .set("group.id", job.config.job.group_id())
-        .create()
-        .unwrap();
-    let mut wanted = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        wanted.add_partition(topic, p);
-    }
-    let offsets = retrying("reading committed offsets", || {
-        consumer.committed_offsets(wanted.clone(), TIMEOUT)
-    });
-    (0..PARTITIONS)
-        .map(|p| {
-            let offset = offsets
-                .find_partition(topic, p)
-                .and_then(|e| e.offset().to_raw())
-                .unwrap_or(-1);
-            (p, offset)
-        })
-        .collect()
-}
-
 /// Waits until the job has committed every record of `topics` (or the worker exits).
 pub fn wait_consumed(job: &Job, worker: &mut Worker, topics: &[&str]) {
     let deadline = Instant::now() + Duration::from_secs(180);
     for topic in topics {
         let ends = end_offsets(topic, PARTITIONS);
-        while committed(job, topic) != ends {
+        while job.committed_offsets_in(topic) != ends {
             if let Some(status) = worker.child.try_wait().unwrap() {
                 panic!("worker exited with {status}; log:\n{}", worker.log_tail());
             }
             assert!(
                 Instant::now() < deadline,
                 "{topic} not consumed: committed {:?}, ends {ends:?}; log:\n{}",
-                committed(job, topic),
+                job.committed_offsets_in(topic),
                 worker.log_tail()
             );
             std::thread::sleep(Duration::from_millis(200));

@@ -295,23 +295,30 @@ fn a_closed_record_the_sweep_has_not_reached_does_not_pair_and_is_emitted_later(
     assert!(run.right("other", 50).is_empty());
 }
 
+/// The rule lives in `JoinProcessor::process`, for both kinds: only a table input has
+/// tombstones.
 #[test]
 fn a_null_value_on_a_stream_input_is_a_bad_record_and_writes_nothing() {
-    let join = JoinProcessor::stream(JoinMode::Inner, WINDOW).unwrap();
-    let mut record = RecordDecoder::new("k", Some("t".into()))
-        .decode(br#"{"k":"a","t":1}"#, 0, 0)
-        .unwrap();
-    record.tombstone = true;
-    let mut state = MemoryState::new();
-    let err = join.process(&record, &mut state).unwrap_err();
-    assert_eq!(err.as_bad_record(), Some(&DecodeError::NullValue));
-    assert!(state.is_empty());
-    record.tombstone = false;
-    record.event_time_ms = None;
-    assert_eq!(
-        join.process(&record, &mut state).unwrap_err().category(),
-        "no_event_time"
-    );
+    let joins = [
+        JoinProcessor::stream(JoinMode::Inner, WINDOW).unwrap(),
+        JoinProcessor::table(JoinMode::Left, 10).unwrap(),
+    ];
+    for join in joins {
+        let mut record = RecordDecoder::new("k", Some("t".into()))
+            .decode(br#"{"k":"a","t":1}"#, 0, 0)
+            .unwrap();
+        record.tombstone = true;
+        let mut state = MemoryState::new();
+        let err = join.process(&record, &mut state).unwrap_err();
+        assert_eq!(err.as_bad_record(), Some(&DecodeError::NullValue));
+        assert!(state.is_empty());
+        record.tombstone = false;
+        record.event_time_ms = None;
+        assert_eq!(
+            join.process(&record, &mut state).unwrap_err().category(),
+            "no_event_time"
+        );
+    }
 }
 
 #[test]

@@ -297,19 +297,6 @@ fn a_large_cutoff_jump_is_pruned_a_bounded_page_per_record() {
 }
 
 #[test]
-fn a_tombstone_on_the_stream_input_is_a_bad_record() {
-    let join = JoinProcessor::table(JoinMode::Left, 10).unwrap();
-    let mut record = RecordDecoder::new("k", Some("t".into()))
-        .decode(br#"{"k":"a","t":1}"#, 0, 0)
-        .unwrap();
-    record.tombstone = true;
-    let mut state = MemoryState::new();
-    let err = join.process(&record, &mut state).unwrap_err();
-    assert_eq!(err.as_bad_record(), Some(&DecodeError::NullValue));
-    assert!(state.is_empty());
-}
-
-#[test]
 fn unreadable_table_state_stops_instead_of_being_overwritten() {
     let mut run = Run::new(JoinMode::Inner, 10);
     run.table("a", 5, Some("v5"));

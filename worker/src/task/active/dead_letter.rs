@@ -32,7 +32,7 @@ pub struct DeadLetter<'a> {
 impl<'a> DeadLetter<'a> {
     /// The dead letter of a record the pipeline refused for `error`, read at `partition` and
     /// `offset` of `topic`.
-    pub fn refused(error: &'a DecodeError, topic: &'a str, partition: i32, offset: i64) -> Self {
+    pub fn refused(error: &DecodeError, topic: &'a str, partition: i32, offset: i64) -> Self {
         let expected_partition = match error {
             DecodeError::NotCoPartitioned { expected, .. } => Some(*expected),
             _ => None,

@@ -263,8 +263,8 @@ impl<'a> ActiveLoop<'a> {
             .get_or_create(&label)
             .inc();
         let topic = self.topic_of(input.side);
-        let letter = match &result {
-            Ok(Ok(output)) => return self.emit(txn, output),
+        let letter = match result {
+            Ok(Ok(output)) => return self.emit(txn, &output),
             Ok(Err(oversized)) => DeadLetter {
                 reason: dead_letter::OVERSIZED,
                 detail: oversized.to_string(),
@@ -274,9 +274,9 @@ impl<'a> ActiveLoop<'a> {
                 expected_partition: None,
             },
             Err(ProcessError::BadRecord(error)) => {
-                DeadLetter::refused(error, topic, self.partition, input.offset)
+                DeadLetter::refused(&error, topic, self.partition, input.offset)
             }
-            Err(_) => return result.map(|_| ()).map_err(TaskError::Process),
+            Err(other) => return Err(TaskError::Process(other)),
         };
         self.send_dead_letter(txn, input, &letter)
     }
