@@ -348,7 +348,7 @@ fn worker_pod(namespace: &str) -> Pod {
     let desired = streamkeeper::controller::build(
         &validated,
         &streamkeeper::controller::Facts {
-            input_partitions: 4,
+            tasks: 4,
             pods_kept: None,
         },
     );

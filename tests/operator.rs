@@ -73,7 +73,7 @@ async fn apply_creates_every_object_updates_them_and_a_no_op_writes_nothing() {
     let desired = build(
         &validate(&stored, None).unwrap(),
         &Facts {
-            input_partitions: 3,
+            tasks: 3,
             pods_kept: None,
         },
     );

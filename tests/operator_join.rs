@@ -2,8 +2,9 @@
 //! Kafka, S3 and apiserver): the owner of a join's task killed with kill -9 is replaced by its
 //! standby within the failover bound and every event is still joined exactly once; the job's
 //! status states the co-partitioning evidence (`CoPartitioned`), naming a table placed by
-//! another partitioner than the events with an example key; and a topic given partitions while
-//! the join runs degrades the job as `PartitionsChanged`.
+//! another partitioner than the events with an example key; a topic given partitions while
+//! the join runs degrades the job as `PartitionsChanged`; and a re-keyed input given partitions
+//! while the join runs is read whole, every event still joined once.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod operator_support;
@@ -116,5 +117,38 @@ async fn a_table_placed_by_another_partitioner_than_the_events_is_named_with_an_
             verdict.message
         );
     }
+    system.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_re_keyed_input_given_partitions_while_the_join_runs_is_read_whole() {
+    let (table, mut processor) = card_table_join(CARDS, Partitioner::Crc32).await;
+    processor["join"]["left"] = serde_json::json!({ "repartition": true });
+    let spec = serde_json::json!({ "processor": processor });
+    let system = System::start_with("op-join-rekey", 40, &[None], (2, 0), 0, spec).await;
+    table_read(&system, &table, CARDS).await;
+    produce_cards(&system.input, CARDS, 0..1_000);
+
+    // A re-keyed input places no key (the job writes each event where its card belongs), so
+    // its new partitions are dealt out among the tasks and read from their start.
+    let admin = operator_support::admin();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let added = admin
+        .create_partitions(
+            &[NewPartitions::new(&system.input, PARTITIONS as usize + 2)],
+            &options,
+        )
+        .await
+        .unwrap();
+    assert!(added.iter().all(Result::is_ok), "{added:?}");
+    produce_cards(&system.input, CARDS, 1_000..3_000);
+    wait_until("every event joined exactly once", async || {
+        exact_join_output(&system.output, PARTITIONS, 3_000)
+    })
+    .await;
+    // Still ready: nothing of the join's placement changed.
+    let (ready, phase) = condition_where(&system, "Ready", |c| c.status == "True").await;
+    eprintln!("Ready: {}: {}", ready.reason, ready.message);
+    assert_ne!(phase, Some(JobPhase::Degraded));
     system.clean_up().await;
 }

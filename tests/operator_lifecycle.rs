@@ -419,3 +419,74 @@ async fn delete_stops_the_workers_first_and_keeps_a_shared_dead_letter_topic() {
 
     delete_namespace(&s.client, &s.namespace).await;
 }
+
+#[tokio::test]
+async fn a_re_keyed_join_gets_a_repartition_topic_of_the_right_topics_count_deleted_with_it() {
+    // The input has 3 partitions, the card table 2: re-keyed, the job has 2 tasks.
+    let s = setup("op-rekey", &[]).await;
+    let ctx = context(&s.client);
+    let cards = support::unique_name("op-rekey-cards");
+    create_topic(&cards, 2, &[("cleanup.policy", "compact")]).await;
+    let name = "enrich";
+    let mut spec = job(name, &s.input, &s.prefix);
+    spec.spec.deletion_policy = streamkeeper::api::DeletionPolicy::Delete;
+    spec.spec.processor = serde_json::from_value(serde_json::json!({
+        "type": "join",
+        "keyField": "card",
+        "timeField": "ts",
+        "join": {
+            "kind": "table",
+            "mode": "left",
+            "left": {"repartition": true},
+            "right": {"topic": cards, "timeField": "ts"},
+            "history": "24h",
+        },
+    }))
+    .unwrap();
+    s.jobs.create(&PostParams::default(), &spec).await.unwrap();
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+
+    let stem = format!("{}.{name}", s.namespace);
+    let repartition = format!("{stem}.left-repartition");
+    let (partitions, config) = describe_topic(&repartition)
+        .await
+        .expect("the repartition topic exists in the broker");
+    assert_eq!(partitions, 2, "the right topic's count, not the input's");
+    assert_eq!(
+        config["retention.ms"], "-1",
+        "kept until the join purges it"
+    );
+    assert_eq!(config["cleanup.policy"], "delete");
+    let (changelog_partitions, _) = describe_topic(&format!("{stem}.changelog")).await.unwrap();
+    assert_eq!(changelog_partitions, 2, "one task per right partition");
+    let status = s.jobs.get(name).await.unwrap().status.unwrap();
+    assert_eq!(status.created_topics[&repartition].role, "repartition");
+    assert_eq!(status.created_topics[&repartition].partitions, 2);
+    assert!(
+        !status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Invalid" && c.status == "True"),
+        "3 input partitions against 2 is no refusal for a re-keyed input: {:?}",
+        status.conditions
+    );
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(s.client.clone(), &s.namespace);
+    let config_map = config_maps
+        .get(&format!("{name}-worker-config"))
+        .await
+        .unwrap();
+    let text = &config_map.data.unwrap()[streamkeeper::k8s::names::WORKER_CONFIG_KEY];
+    let config =
+        <streamkeeper_contract::WorkerConfig as streamkeeper_contract::Versioned>::from_yaml(text)
+            .unwrap();
+    assert_eq!(
+        config.processor.left_repartition_topic(),
+        Some(repartition.as_str())
+    );
+    assert_eq!(config.tasks_topic(), repartition);
+
+    delete_and_reconcile(&ctx, &s.jobs, name).await;
+    assert!(describe_topic(&repartition).await.is_none());
+    delete_namespace(&s.client, &s.namespace).await;
+}

@@ -64,6 +64,12 @@ impl JobIdentity {
     pub fn default_dead_letter_topic(&self) -> String {
         format!("{}.dlq", self.stem())
     }
+
+    /// The internal topic a re-keyed join side (`left` or `right`) is written to and read
+    /// back from.
+    pub fn repartition_topic(&self, side: &str) -> String {
+        format!("{}.{side}-repartition", self.stem())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -173,6 +179,8 @@ pub enum ProcessorKind {
         /// left record joins its version as of the left record's event time.
         join: JoinKind,
         mode: JoinMode,
+        #[serde(default, skip_serializing_if = "JoinLeft::is_plain")]
+        left: JoinLeft,
         right: JoinRight,
         /// Stream joins only.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -203,11 +211,32 @@ pub enum JoinMode {
     Outer,
 }
 
+/// The left side of a join: the job's input topic, keyed and timed by `keyField` and
+/// `timeField`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JoinLeft {
+    /// Set when the side is re-keyed: the internal topic its records are written to, keyed by
+    /// their join key, and read back from (see [`ProcessorConfig::left_repartition_topic`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repartition_topic: Option<String>,
+}
+
+impl JoinLeft {
+    /// Read as it is, not re-keyed.
+    pub fn is_plain(&self) -> bool {
+        self.repartition_topic.is_none()
+    }
+}
+
 /// The right side of a join.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JoinRight {
     pub topic: String,
+    /// Set when the side is re-keyed (stream joins only), as [`JoinLeft::repartition_topic`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repartition_topic: Option<String>,
     /// The join key's field in a stream's records. A table is keyed by its records' Kafka key
     /// (a tombstone has no value to read a field from), so a table has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -230,6 +259,17 @@ pub struct JoinWindowConfig {
     pub grace: Duration,
 }
 
+impl WorkerConfig {
+    /// The topic whose partition count is the job's task count (task `i` joins partition `i`):
+    /// the input, or the repartition topic of a re-keyed input, which the operator creates with
+    /// the right topic's count.
+    pub fn tasks_topic(&self) -> &str {
+        self.processor
+            .left_repartition_topic()
+            .unwrap_or(&self.kafka.input_topic)
+    }
+}
+
 impl ProcessorConfig {
     /// How a join's producers place keys; `None` for a processor with one input.
     pub fn partitioner(&self) -> Option<Partitioner> {
@@ -243,6 +283,28 @@ impl ProcessorConfig {
     pub fn right_topic(&self) -> Option<&str> {
         match &self.kind {
             ProcessorKind::Join { right, .. } => Some(right.topic.as_str()),
+            _ => None,
+        }
+    }
+
+    /// The internal topic a re-keyed join's left side (the job's input) is written to and
+    /// read back from; `None` when the side is read as it is.
+    ///
+    /// Task `i` of `n` re-keys the partitions `p` of the side's topic with `p mod n == i`,
+    /// writing each record, keyed by its join key, to the partition the join's partitioner
+    /// gives that key among `n`, in the task's transaction; and it joins partition `i` of the
+    /// repartition topic, which thereby holds every record of its keys.
+    pub fn left_repartition_topic(&self) -> Option<&str> {
+        match &self.kind {
+            ProcessorKind::Join { left, .. } => left.repartition_topic.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The right side's counterpart of [`Self::left_repartition_topic`].
+    pub fn right_repartition_topic(&self) -> Option<&str> {
+        match &self.kind {
+            ProcessorKind::Join { right, .. } => right.repartition_topic.as_deref(),
             _ => None,
         }
     }
@@ -475,8 +537,60 @@ pub(crate) mod tests {
         );
         let text = serde_json::to_string(&job).unwrap();
         assert_eq!(serde_json::from_str::<JobIdentity>(&text).unwrap(), job);
+        assert_eq!(
+            job.repartition_topic("left"),
+            "east.payments.card-count.left-repartition"
+        );
         job.cluster = None;
         assert!(!serde_json::to_string(&job).unwrap().contains("cluster"));
+    }
+
+    #[test]
+    fn a_re_keyed_join_round_trips_and_a_plain_one_names_no_repartition_topic() {
+        let mut config = sample();
+        config.processor.kind = ProcessorKind::Join {
+            join: JoinKind::Stream,
+            mode: JoinMode::Inner,
+            left: JoinLeft {
+                repartition_topic: Some("payments.card-counts.left-repartition".into()),
+            },
+            right: JoinRight {
+                topic: "cards".into(),
+                repartition_topic: Some("payments.card-counts.right-repartition".into()),
+                key_field: Some("card".into()),
+                time_field: Some("ts".into()),
+            },
+            window: Some(JoinWindowConfig {
+                before: Duration::from_secs(5),
+                after: Duration::from_secs(5),
+                grace: Duration::ZERO,
+            }),
+            history: None,
+            partitioner: Partitioner::Murmur2,
+        };
+        assert_eq!(WorkerConfig::from_yaml(&config.to_yaml()).unwrap(), config);
+        assert_eq!(
+            config.tasks_topic(),
+            "payments.card-counts.left-repartition"
+        );
+        assert_eq!(
+            config.processor.left_repartition_topic(),
+            Some("payments.card-counts.left-repartition")
+        );
+        assert_eq!(
+            config.processor.right_repartition_topic(),
+            Some("payments.card-counts.right-repartition")
+        );
+        let ProcessorKind::Join { left, right, .. } = &mut config.processor.kind else {
+            unreachable!()
+        };
+        *left = JoinLeft::default();
+        right.repartition_topic = None;
+        let yaml = config.to_yaml();
+        assert!(!yaml.contains("repartition"), "{yaml}");
+        assert_eq!(WorkerConfig::from_yaml(&yaml).unwrap(), config);
+        assert_eq!(config.processor.left_repartition_topic(), None);
+        assert_eq!(config.tasks_topic(), "card-events");
     }
 
     #[test]

@@ -25,6 +25,11 @@ pub struct JoinSpec {
     #[serde(default)]
     pub mode: JoinModeSpec,
 
+    /// The left side (the job's input topic, keyed and timed by `spec.processor.keyField` and
+    /// `timeField`): whether it is re-keyed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left: Option<JoinLeftSpec>,
+
     /// The right side.
     pub right: JoinRightSpec,
 
@@ -77,13 +82,32 @@ pub enum PartitionerSpec {
     Crc32,
 }
 
+/// The left side of a join.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JoinLeftSpec {
+    /// Re-key the input: when its records' Kafka key is not the join key (transactions keyed
+    /// by their own id, joined by card), the job writes each record, keyed by its join key, to
+    /// an internal repartition topic (`<namespace>.<job>.left-repartition`, the right topic's
+    /// partition count) in its exactly-once transaction, and joins it from there. The input
+    /// may then have any partition count.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repartition: bool,
+}
+
 /// The right side of a join.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct JoinRightSpec {
-    /// The right topic: as many partitions as the input topic.
+    /// The right topic: as many partitions as the input topic, unless a side is re-keyed.
     #[schemars(length(min = 1, max = 249))]
     pub topic: String,
+
+    /// Stream joins: re-key the right topic, as `join.left.repartition` does the input
+    /// (`<namespace>.<job>.right-repartition`). A table is keyed by its Kafka key and cannot be
+    /// re-keyed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repartition: bool,
 
     /// Stream joins: the JSON field holding the join key. A table is keyed by its records'
     /// Kafka key, so a table join has none.

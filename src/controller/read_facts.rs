@@ -22,6 +22,9 @@ pub struct KafkaFacts {
     /// The job's admin client, with its TLS and SASL settings.
     pub admin: KafkaAdmin,
     pub input_partitions: i32,
+    /// The job's task count: the input's partition count, or the right topic's when the input
+    /// is re-keyed (its repartition topic is created with that count).
+    pub tasks: i32,
     /// A join's right topic and its partition count.
     pub right_partitions: Option<(String, i32)>,
     /// A join's changelog's partition count, once it exists: the count the job's keys are
@@ -61,11 +64,16 @@ pub async fn read_kafka(ctx: &Context, job: &ValidatedJob) -> Result<KafkaFacts,
             .await?
             .map(|changelog| changelog.partitions),
     };
+    let tasks = match (&right_partitions, job.processor.left_repartition_topic()) {
+        (Some((_, right)), Some(_)) => *right,
+        _ => input.partitions,
+    };
     let config = |key: &str| input.config.get(key).map(String::as_str);
     let input_retention =
         TopicRetention::from_topic_config(config("retention.ms"), config("retention.bytes"));
     Ok(KafkaFacts {
         input_partitions: input.partitions,
+        tasks,
         right_partitions,
         changelog_partitions,
         input_retention,

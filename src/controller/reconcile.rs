@@ -202,7 +202,7 @@ async fn run_pipeline(
     let desired = build(
         &validated,
         &Facts {
-            input_partitions: kafka.input_partitions,
+            tasks: kafka.tasks,
             pods_kept,
         },
     );
@@ -231,10 +231,8 @@ async fn run_pipeline(
     )
     .await?;
     // Assign: the job's failover loop decides and sends the assignment between reconciles.
-    ctx.failovers.ensure(
-        &ctx.failover_deps(),
-        failover_job(&validated, kafka.input_partitions),
-    );
+    ctx.failovers
+        .ensure(&ctx.failover_deps(), failover_job(&validated, kafka.tasks));
     observation.assignment_generation = ctx
         .failovers
         .generation(&validated.namespace, &validated.name)
@@ -251,12 +249,11 @@ async fn run_pipeline(
     let roll = operations::replace_outdated_pods(ctx, &validated, &stateful_set).await?;
 
     // Checkpoint ages and recovery gaps, from S3 and the input's log-start offsets.
-    let checkpoint_facts =
-        observe::checkpoints(ctx, &kafka.admin, &validated, kafka.input_partitions)
-            .await
-            .map_err(|error| {
-                Halt::Unreachable(error, &[types::CHECKPOINT_STALE, types::RECOVERY_GAP])
-            })?;
+    let checkpoint_facts = observe::checkpoints(ctx, &kafka.admin, &validated, kafka.tasks)
+        .await
+        .map_err(|error| {
+            Halt::Unreachable(error, &[types::CHECKPOINT_STALE, types::RECOVERY_GAP])
+        })?;
     let checkpoints = judge::checkpoints::judge(
         &checkpoint_facts.restore_points,
         &checkpoint_facts.log_starts,
@@ -291,7 +288,8 @@ async fn run_pipeline(
 /// or nothing starts. Once it has (its tasks were assigned, and its changelog exists), its keys
 /// are placed by its changelog's count: a topic that changed since stops the join's tasks,
 /// which the job shows as `PartitionsChanged` (the workers find it too); it is not a refusal of
-/// the spec.
+/// the spec. A re-keyed side's topic places nothing (the job writes each record where its key
+/// belongs), so it is compared with nothing; its repartition topic the workers check.
 fn join_partitions(
     job: &StatefulStreamJob,
     validated: &ValidatedJob,
@@ -302,15 +300,25 @@ fn join_partitions(
     };
     let left = (validated.kafka.input_topic.as_str(), kafka.input_partitions);
     let right = (right_topic.as_str(), *right_partitions);
+    let processor = &validated.processor;
+    let placed: Vec<_> = [
+        (left, processor.left_repartition_topic()),
+        (right, processor.right_repartition_topic()),
+    ]
+    .into_iter()
+    .filter(|(_, repartition)| repartition.is_none())
+    .map(|(topic, _)| topic)
+    .collect();
     let started = job
         .status
         .as_ref()
         .is_some_and(|status| status.assignment_generation.is_some());
-    match kafka.changelog_partitions.filter(|_| started) {
-        Some(placed_by) => Ok(co_partitioning::still_placed_by(placed_by, &[left, right]).err()),
-        None => co_partitioning::partition_counts(left, right)
+    match (kafka.changelog_partitions.filter(|_| started), &placed[..]) {
+        (Some(placed_by), _) => Ok(co_partitioning::still_placed_by(placed_by, &placed).err()),
+        (None, [left, right]) => co_partitioning::partition_counts(*left, *right)
             .map(|()| None)
             .map_err(Halt::NotCoPartitioned),
+        (None, _) => Ok(None),
     }
 }
 

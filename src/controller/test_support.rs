@@ -80,7 +80,7 @@ pub fn validated_with(edit: impl FnOnce(&mut StatefulStreamJob)) -> ValidatedJob
 
 pub fn facts() -> Facts {
     Facts {
-        input_partitions: 6,
+        tasks: 6,
         pods_kept: None,
     }
 }

@@ -16,7 +16,7 @@ use serde_json::json;
 use std::time::{Duration, Instant};
 use streamkeeper_contract::co_partitioning::Partitioner;
 use streamkeeper_contract::worker_config::{
-    JoinKind, JoinMode, JoinRight, ProcessorConfig, ProcessorKind,
+    JoinKind, JoinLeft, JoinMode, JoinRight, ProcessorConfig, ProcessorKind,
 };
 use support::join::{base_time, produce_raw_placed_by};
 use support::rates::{sample_commits, steady_rate};
@@ -44,8 +44,10 @@ fn enrich(cards: &str) -> ProcessorConfig {
         kind: ProcessorKind::Join {
             join: JoinKind::Table,
             mode: JoinMode::Left,
+            left: JoinLeft::default(),
             right: JoinRight {
                 topic: cards.to_string(),
+                repartition_topic: None,
                 key_field: None,
                 time_field: Some("ts".into()),
             },

@@ -45,6 +45,7 @@ pub struct WorkerMetrics {
     /// family out until its first sample, and the dashboard's test (issue 12) needs them all.
     families: Arc<Vec<(String, MetricType)>>,
     pub records_processed: Family<TaskLabel, Counter>,
+    pub records_repartitioned: Family<TaskLabel, Counter>,
     pub records_dead_lettered: Family<ReasonLabel, Counter>,
     pub records_dropped: Family<ReasonLabel, Counter>,
     pub transactions_committed: Family<TaskLabel, Counter>,
@@ -92,6 +93,7 @@ impl WorkerMetrics {
             registry: Arc::new(Registry::default()),
             families: Arc::default(),
             records_processed: Family::default(),
+            records_repartitioned: Family::default(),
             records_dead_lettered: Family::default(),
             records_dropped: Family::default(),
             transactions_committed: Family::default(),
@@ -156,6 +158,7 @@ impl WorkerMetrics {
         let label = TaskLabel { task };
         for family in [
             &self.records_processed,
+            &self.records_repartitioned,
             &self.transactions_committed,
             &self.transactions_aborted,
             &self.changelog_records_written,
@@ -238,6 +241,11 @@ fn register_task_families(r: &mut Registrar<'_>, metrics: &WorkerMetrics) {
         "input_records",
         "Input records processed",
         metrics.records_processed.clone(),
+    );
+    r.register(
+        "repartitioned_records",
+        "Records of a re-keyed join side written to its repartition topic, keyed by their join key",
+        metrics.records_repartitioned.clone(),
     );
     r.register(
         "dead_letter_records",

@@ -60,6 +60,7 @@ async fn a_table_join_meets_the_table_as_of_each_records_time_exactly_once_acros
         JoinMode::Left,
         JoinRight {
             topic: cards.clone(),
+            repartition_topic: None,
             key_field: None,
             time_field: Some("ts".into()),
         },
@@ -171,6 +172,7 @@ async fn an_inner_stream_join_pairs_records_within_the_window_exactly_once_acros
         JoinMode::Inner,
         JoinRight {
             topic: clicks.clone(),
+            repartition_topic: None,
             key_field: Some("card".into()),
             time_field: Some("ts".into()),
         },

@@ -52,23 +52,6 @@ fn transactions(base: i64) -> Vec<Produced> {
         .collect()
 }
 
-/// Starts the job at `point` and waits for the abort; `false` when the worker ran out of input
-/// first (it is stopped then: a stop, not a crash).
-fn crash_at(job: &Job, point: &str) -> bool {
-    if point.starts_with("mid-restore") {
-        // Something to restore: the volume wiped, every task rebuilds from the changelog.
-        for task in 0..PARTITIONS {
-            let _ = std::fs::remove_dir_all(job.config.state.dir.join(format!("task-{task}")));
-        }
-    }
-    let mut worker = job.start(Some(point));
-    if worker.wait_for_crash(Duration::from_secs(120)) {
-        return true;
-    }
-    worker.kill9();
-    false
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_table_join_killed_at_a_dozen_points_some_with_the_volume_wiped_ends_exact() {
     let base = base_time();
@@ -80,6 +63,7 @@ async fn a_table_join_killed_at_a_dozen_points_some_with_the_volume_wiped_ends_e
             JoinMode::Left,
             JoinRight {
                 topic: cards.clone(),
+                repartition_topic: None,
                 key_field: None,
                 time_field: Some("ts".into()),
             },
@@ -96,14 +80,15 @@ async fn a_table_join_killed_at_a_dozen_points_some_with_the_volume_wiped_ends_e
     let mut uninterrupted = reference.start(None);
     produce_placed(&cards, &table);
     wait_consumed(&reference, &mut uninterrupted, &[&cards]);
-    let mut crashes = 0;
-    for point in [
-        "mid-transaction:150",
-        "after-kafka-commit:2",
-        "mid-restore:1",
-    ] {
-        crashes += usize::from(crash_at(&crashy, point));
-    }
+    let mut crashes = crash_sweep(
+        &crashy,
+        &[
+            "mid-transaction:150",
+            "after-kafka-commit:2",
+            "mid-restore:1",
+        ],
+        &[],
+    );
     let mut worker = crashy.start(None);
     wait_consumed(&crashy, &mut worker, &[&cards]);
     worker.terminate(Duration::from_secs(30));
@@ -115,7 +100,7 @@ async fn a_table_join_killed_at_a_dozen_points_some_with_the_volume_wiped_ends_e
         &[&transactions_topic, &cards],
     );
     uninterrupted.terminate(Duration::from_secs(30));
-    for point in [
+    let points = [
         "mid-transaction:1",
         "after-kafka-commit:1",
         "mid-transaction:3000",
@@ -125,15 +110,9 @@ async fn a_table_join_killed_at_a_dozen_points_some_with_the_volume_wiped_ends_e
         "after-kafka-commit:6",
         "mid-restore:1",
         "mid-transaction:2500",
-    ] {
-        crashes += usize::from(crash_at(&crashy, point));
-    }
-    // kill -9 from outside, at arbitrary moments.
-    for delay_ms in [700, 1500] {
-        let mut worker = crashy.start(None);
-        std::thread::sleep(Duration::from_millis(delay_ms));
-        worker.kill9();
-    }
+    ];
+    // Then kill -9 from outside, at arbitrary moments.
+    crashes += crash_sweep(&crashy, &points, &[700, 1500]);
     assert!(
         crashes >= 10,
         "only {crashes} of the swept failpoints were reached"

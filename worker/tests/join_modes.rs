@@ -200,6 +200,7 @@ async fn stream_join_matches_the_rules(mode: JoinMode) {
         mode,
         JoinRight {
             topic: right_topic.clone(),
+            repartition_topic: None,
             key_field: Some("card".into()),
             time_field: Some("ts".into()),
         },
@@ -295,6 +296,7 @@ async fn an_inner_table_join_meets_versions_as_of_each_records_time_and_drops_la
         JoinMode::Inner,
         JoinRight {
             topic: cards.clone(),
+            repartition_topic: None,
             key_field: None,
             time_field: Some("ts".into()),
         },

@@ -25,6 +25,7 @@ fn table_join(cards: &str) -> ProcessorConfig {
         JoinMode::Left,
         JoinRight {
             topic: cards.to_string(),
+            repartition_topic: None,
             key_field: None,
             time_field: None,
         },

@@ -15,6 +15,7 @@ pub(super) fn join(kind: &ProcessorKind) -> Result<(), Violation> {
     let ProcessorKind::Join {
         join,
         mode,
+        left: _,
         right,
         window,
         history,
@@ -32,6 +33,12 @@ pub(super) fn join(kind: &ProcessorKind) -> Result<(), Violation> {
     }
     if blank(&right.time_field) {
         return Err(violation(Field::JoinRightTimeField, "must not be empty"));
+    }
+    if *join == JoinKind::Table && right.repartition_topic.is_some() {
+        return Err(violation(
+            Field::JoinRightRepartition,
+            "is not allowed in a table join: a table is keyed by its records' Kafka key, and re-keying it by a field would make it another table",
+        ));
     }
     match join {
         JoinKind::Stream => stream(

@@ -109,7 +109,7 @@ pub async fn apply(
 }
 
 /// Creates missing topics (each one this call created goes into `created`); checks an existing
-/// changelog's partitions and cleanup policy. Returns the changelog's `delete.retention.ms`, or
+/// changelog's partitions and cleanup policy. A refused changelog creates nothing else. Returns the changelog's `delete.retention.ms`, or
 /// the violation that refuses it.
 async fn ensure_topics(
     kafka: &KafkaAdmin,
@@ -119,6 +119,7 @@ async fn ensure_topics(
     let DesiredTopics {
         changelog,
         dead_letter,
+        repartition,
     } = topics;
     let delete_retention = match kafka.topic(&changelog.name).await? {
         Some(existing) => {
@@ -155,6 +156,15 @@ async fn ensure_topics(
             dead_letter.name.clone(),
             created_topic("deadLetter", dead_letter),
         );
+    }
+    // A repartition topic that exists already is the job's from an earlier run (its name is
+    // the job's); a wrong partition count there stops the join's tasks (PartitionsChanged).
+    for topic in repartition {
+        if kafka.topic(&topic.name).await?.is_none()
+            && kafka.create(topic).await? == Creation::Created
+        {
+            created.insert(topic.name.clone(), created_topic("repartition", topic));
+        }
     }
     Ok(Ok(delete_retention.and_then(|ms| ms.parse().ok())))
 }
@@ -203,9 +213,9 @@ async fn created_elsewhere(
 
 fn check_changelog(
     existing: &crate::adapters::kafka_admin::TopicFacts,
-    input_partitions: i32,
+    tasks: i32,
 ) -> Result<(), RetentionViolation> {
-    retention::check_changelog_partitions(existing.partitions, input_partitions)?;
+    retention::check_changelog_partitions(existing.partitions, tasks)?;
     let config = |key: &str| existing.config.get(key).map(String::as_str);
     let time = retention::TopicRetention::from_topic_config(config("retention.ms"), None)?.time;
     retention::check_changelog_cleanup_policy(config("cleanup.policy").unwrap_or("delete"), time)

@@ -23,9 +23,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 /// Facts read from outside the cluster before building (never fetched by a builder).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Facts {
-    /// Partitions of the input topic, from the broker's metadata: one task per partition, and the
-    /// changelog gets exactly as many.
-    pub input_partitions: i32,
+    /// The job's task count, from the broker's metadata: the input topic's partition count (a
+    /// re-keyed input's: the right topic's). The changelog gets exactly as many partitions.
+    pub tasks: i32,
     /// Pods the StatefulSet keeps instead of `spec.replicas` while the pods a scale-down removes
     /// hand their tasks off (the failover loop says when they hold nothing).
     pub pods_kept: Option<i32>,
@@ -46,7 +46,7 @@ pub struct DesiredResources {
     /// missing and never rewrites it. The workers use no Kubernetes API, so there is no
     /// ServiceAccount, Role or RoleBinding of theirs.
     pub worker_token: Secret,
-    /// The changelog and dead-letter topics, for the Kafka admin API.
+    /// The changelog, dead-letter and repartition topics, for the Kafka admin API.
     pub topics: DesiredTopics,
 }
 

@@ -1,6 +1,6 @@
 //! The Kafka topics the operator creates for a job, as plain data for the Kafka admin API: the
-//! compacted changelog and the dead-letter topic. Partition counts come from [`Facts`], never
-//! from a broker call here.
+//! compacted changelog, the dead-letter topic, and a re-keyed join side's repartition topic.
+//! Partition counts come from [`Facts`], never from a broker call here.
 
 use crate::adapters::kafka_admin::DesiredTopic;
 use crate::controller::build::Facts;
@@ -8,11 +8,14 @@ use crate::controller::valid_job::ValidatedJob;
 use crate::retention;
 use std::collections::BTreeMap;
 
-/// Both topics of a job, named so `apply` handles each explicitly.
+/// The topics of a job, named so `apply` handles each explicitly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DesiredTopics {
     pub changelog: DesiredTopic,
     pub dead_letter: DesiredTopic,
+    /// A re-keyed join side's topic (each side's, left first): the job writes it and reads it
+    /// back, so it lives and dies with the job like the changelog.
+    pub repartition: Vec<DesiredTopic>,
 }
 
 pub fn build(job: &ValidatedJob, facts: &Facts) -> DesiredTopics {
@@ -33,24 +36,46 @@ pub fn build(job: &ValidatedJob, facts: &Facts) -> DesiredTopics {
         delete_retention.as_millis().to_string(),
     );
 
-    let mut dead_letter = shared;
+    let mut dead_letter = shared.clone();
     dead_letter.insert("cleanup.policy".into(), "delete".into());
+
+    // Kept until the job has joined them, whatever the time: each task deletes what it has
+    // consumed (DeleteRecords), as Kafka Streams does with its repartition topics.
+    let mut repartition = shared;
+    repartition.insert("cleanup.policy".into(), "delete".into());
+    repartition.insert("retention.ms".into(), "-1".into());
+    let processor = &job.processor;
+    let repartition = [
+        processor.left_repartition_topic(),
+        processor.right_repartition_topic(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|name| DesiredTopic {
+        // Task i joins partition i: one per task, where the keys are placed among them.
+        name: name.to_string(),
+        partitions: facts.tasks,
+        replication_factor: kafka.replication_factor,
+        config: repartition.clone(),
+    })
+    .collect();
 
     DesiredTopics {
         // Task i keeps its state in changelog partition i: exactly one per input partition.
         changelog: DesiredTopic {
             name: kafka.changelog_topic.clone(),
-            partitions: facts.input_partitions,
+            partitions: facts.tasks,
             replication_factor: kafka.replication_factor,
             config: changelog,
         },
         // Same count, so bad records of task i stay in order in one partition.
         dead_letter: DesiredTopic {
             name: kafka.dead_letter_topic.clone(),
-            partitions: facts.input_partitions,
+            partitions: facts.tasks,
             replication_factor: kafka.replication_factor,
             config: dead_letter,
         },
+        repartition,
     }
 }
 
@@ -83,6 +108,7 @@ mod tests {
                 ]),
             }
         );
+        assert!(topics.repartition.is_empty());
         assert_eq!(
             topics.dead_letter,
             DesiredTopic {
@@ -112,5 +138,45 @@ mod tests {
         );
         retention::check_changelog_cleanup_policy(&changelog.config["cleanup.policy"], None)
             .unwrap();
+    }
+
+    #[test]
+    fn a_re_keyed_side_gets_a_repartition_topic_of_the_task_count_kept_until_consumed() {
+        let job = test_support::validated_with(|job| {
+            job.spec.processor = serde_yaml_ng::from_str(
+                r#"
+type: join
+keyField: card
+timeField: ts
+join:
+  kind: stream
+  left: {repartition: true}
+  right: {topic: cards, keyField: card, timeField: ts, repartition: true}
+  window: {before: 5s, after: 5s}
+"#,
+            )
+            .unwrap();
+        });
+        let topics = build(&job, &test_support::facts());
+        let names: Vec<&str> = topics.repartition.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "payments.card-count.left-repartition",
+                "payments.card-count.right-repartition"
+            ]
+        );
+        for topic in &topics.repartition {
+            assert_eq!(topic.partitions, 6);
+            assert_eq!(topic.replication_factor, Some(3));
+            assert_eq!(
+                topic.config,
+                config(&[
+                    ("cleanup.policy", "delete"),
+                    ("min.insync.replicas", "2"),
+                    ("retention.ms", "-1"),
+                ])
+            );
+        }
     }
 }

@@ -401,11 +401,17 @@ pub fn tasks(observation: &mut Observation, evidence: TaskEvidence<'_>) -> Durat
     }
 }
 
-/// A join's two topics and partitioner; `None` for a processor with one input.
+/// The two topics a join's tasks join (a re-keyed side's: its repartition topic), and its
+/// partitioner; `None` for a processor with one input.
 fn join_topics(validated: &ValidatedJob) -> Option<co_partitioned::JoinTopics<'_>> {
+    let processor = &validated.processor;
     Some(co_partitioned::JoinTopics {
-        left: &validated.kafka.input_topic,
-        right: validated.processor.right_topic()?,
+        left: processor
+            .left_repartition_topic()
+            .unwrap_or(&validated.kafka.input_topic),
+        right: processor
+            .right_repartition_topic()
+            .or(processor.right_topic())?,
         partitioner: validated.processor.partitioner()?,
     })
 }

@@ -5,10 +5,15 @@ use super::InvalidSpec;
 use super::rules::duration;
 use crate::api::{JoinKindSpec, JoinModeSpec, JoinSpec, PartitionerSpec};
 use streamkeeper_contract::worker_config::{
-    JoinKind, JoinMode, JoinRight, JoinWindowConfig, Partitioner, ProcessorKind,
+    JobIdentity, JoinKind, JoinLeft, JoinMode, JoinRight, JoinWindowConfig, Partitioner,
+    ProcessorKind,
 };
 
-pub(super) fn join_kind(spec: &JoinSpec) -> Result<ProcessorKind, InvalidSpec> {
+/// The join of `spec`; a re-keyed side's repartition topic is named after `identity`.
+pub(super) fn join_kind(
+    spec: &JoinSpec,
+    identity: &JobIdentity,
+) -> Result<ProcessorKind, InvalidSpec> {
     let window = spec
         .window
         .as_ref()
@@ -35,8 +40,19 @@ pub(super) fn join_kind(spec: &JoinSpec) -> Result<ProcessorKind, InvalidSpec> {
             JoinModeSpec::Left => JoinMode::Left,
             JoinModeSpec::Outer => JoinMode::Outer,
         },
+        left: JoinLeft {
+            repartition_topic: spec
+                .left
+                .as_ref()
+                .is_some_and(|left| left.repartition)
+                .then(|| identity.repartition_topic("left")),
+        },
         right: JoinRight {
             topic: spec.right.topic.clone(),
+            repartition_topic: spec
+                .right
+                .repartition
+                .then(|| identity.repartition_topic("right")),
             key_field: spec.right.key_field.clone(),
             time_field: spec.right.time_field.clone(),
         },

@@ -109,7 +109,7 @@ pub fn validate(
         owner,
         workers: rules::workers(spec)?,
         kafka: kafka::settings(&spec.kafka, &identity)?,
-        processor: processor::config(&spec.processor)?,
+        processor: processor::config(&spec.processor, &identity)?,
         state: rules::state(&spec.state)?,
         checkpoint: rules::checkpoint(&spec.checkpoint)?,
         acceptable_recovery_lag: rules::non_negative(

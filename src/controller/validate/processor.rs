@@ -7,9 +7,15 @@ use super::InvalidSpec;
 use super::rules::{duration, non_empty};
 use crate::api::{AggregateSpec, ProcessorSpec, ProcessorType, WindowSpec, WindowType};
 use streamkeeper_contract::rules;
-use streamkeeper_contract::worker_config::{ProcessorConfig, ProcessorKind, WindowConfig};
+use streamkeeper_contract::worker_config::{
+    JobIdentity, ProcessorConfig, ProcessorKind, WindowConfig,
+};
 
-pub(super) fn config(spec: &ProcessorSpec) -> Result<ProcessorConfig, InvalidSpec> {
+/// The processor of `spec`, for the job `identity` names.
+pub(super) fn config(
+    spec: &ProcessorSpec,
+    identity: &JobIdentity,
+) -> Result<ProcessorConfig, InvalidSpec> {
     let key_field = non_empty(
         "spec.processor.keyField",
         Some(spec.key_field.as_str()),
@@ -72,7 +78,7 @@ pub(super) fn config(spec: &ProcessorSpec) -> Result<ProcessorConfig, InvalidSpe
                 field: "spec.processor.join".into(),
                 why: "spec.processor.type is join",
             })?;
-            super::join::join_kind(join)?
+            super::join::join_kind(join, identity)?
         }
     };
     let config = ProcessorConfig {

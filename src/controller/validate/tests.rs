@@ -84,9 +84,21 @@ fn the_shipped_examples_validate_and_the_invalid_one_does_not() {
         job.metadata.uid = Some(test_support::UID.into());
         job
     };
-    for name in ["card-count.yaml", "dedup.yaml", "device-hourly-mean.yaml"] {
+    for name in [
+        "card-count.yaml",
+        "dedup.yaml",
+        "device-hourly-mean.yaml",
+        "enrich-transactions.yaml",
+    ] {
         validate(&read(name), None).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
+    let enrich = validate(&read("enrich-transactions.yaml"), None).unwrap();
+    assert_eq!(
+        enrich.processor.left_repartition_topic(),
+        Some("demo.enrich-transactions.left-repartition")
+    );
+    assert_eq!(enrich.processor.right_topic(), Some("cards"));
+    assert_eq!(enrich.processor.right_repartition_topic(), None);
     let hourly = validate(&read("device-hourly-mean.yaml"), None).unwrap();
     assert_eq!(
         hourly.processor.kind,
@@ -530,4 +542,29 @@ fn s3_credentials_keys_must_differ() {
         "spec.checkpoint.s3.credentialsSecret.secretAccessKeyKey",
         &["same key"],
     );
+}
+
+#[test]
+fn a_table_cannot_be_re_keyed_and_a_stream_side_can() {
+    fn join(right: &'static str) -> impl FnOnce(&mut StatefulStreamJob) {
+        move |job: &mut StatefulStreamJob| {
+            job.spec.processor = serde_yaml_ng::from_str(&format!(
+                "type: join\nkeyField: card\ntimeField: ts\njoin:\n  {right}\n"
+            ))
+            .unwrap();
+        }
+    }
+    assert_refused(
+        join("kind: table\n  history: 1h\n  right: {topic: cards, repartition: true}"),
+        "spec.processor.join.right.repartition",
+        &["table", "Kafka key"],
+    );
+    let stream = test_support::validated_with(join(
+        "kind: stream\n  window: {before: 1s, after: 1s}\n  right: {topic: cards, keyField: card, timeField: ts, repartition: true}",
+    ));
+    assert_eq!(
+        stream.processor.right_repartition_topic(),
+        Some("payments.card-count.right-repartition")
+    );
+    assert_eq!(stream.processor.left_repartition_topic(), None);
 }

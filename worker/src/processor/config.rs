@@ -292,9 +292,12 @@ impl From<&streamkeeper_contract::worker_config::ProcessorConfig> for ProcessorC
             Rendered::Dedup { ttl } => ProcessorKind::Dedup {
                 ttl_ms: millis(*ttl),
             },
+            // Where a side is re-keyed is the task's reading, not the processor's logic: a
+            // change of it changes the topic the join reads, which the input identity catches.
             Rendered::Join {
                 join,
                 mode,
+                left: _,
                 right,
                 window,
                 history,

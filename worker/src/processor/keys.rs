@@ -24,6 +24,8 @@
 //! | `m` | input identity           | `m` `input`                           | version, topic, id|
 //! | `m` | a join's right position  | `m` `right_input_position`            | version, offset|
 //! | `m` | a join's right identity  | `m` `right_input`                     | version, topic, id|
+//! | `m` | a re-keyed side's topic  | `m` `left_source` / `right_source`    | version, topic, id|
+//! | `m` | its partitions' positions| `m` `left_source_position/` partition (decimal) | version, offset|
 //! | `m` | window sweep position    | `m` `sweep_windows`                   | version, key   |
 //! | `m` | expiry sweep position    | `m` `sweep_expiry`                    | version, key   |
 //! | `m` | join expiry sweep position | `m` `sweep_join`                    | version, key   |
@@ -83,6 +85,14 @@ pub const INPUT: &[u8] = b"minput";
 /// `task::active::sources`).
 pub const RIGHT_INPUT_POSITION: &[u8] = b"mright_input_position";
 pub const RIGHT_INPUT: &[u8] = b"mright_input";
+
+/// A re-keyed join side's own topic (the join reads its repartition topic under [`INPUT`] or
+/// [`RIGHT_INPUT`]): its identity, and the prefix of its partitions' positions, each followed by
+/// the partition's number in decimal (see `task::active::sources`).
+pub const LEFT_SOURCE: &[u8] = b"mleft_source";
+pub const RIGHT_SOURCE: &[u8] = b"mright_source";
+pub const LEFT_SOURCE_POSITION: &[u8] = b"mleft_source_position/";
+pub const RIGHT_SOURCE_POSITION: &[u8] = b"mright_source_position/";
 
 /// Where the windowed aggregate's bounded sweep of closable windows goes on (`sweep`).
 pub const WINDOW_SWEEP: &[u8] = b"msweep_windows";

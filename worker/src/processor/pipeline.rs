@@ -143,6 +143,12 @@ impl Pipeline {
         self.processor.process(&record, state)
     }
 
+    /// The join key of a record of a re-keyed side, read as the join will read it; a record
+    /// without one is a bad record here already.
+    pub fn join_key(&self, input: &RawInput<'_>) -> Result<String, ProcessError> {
+        Ok(self.decode(input)?.key)
+    }
+
     fn decode<'a>(&self, input: &RawInput<'a>) -> Result<InputRecord<'a>, ProcessError> {
         let value = || input.payload.ok_or(DecodeError::NullValue);
         let (partition, offset) = (input.partition, input.offset);

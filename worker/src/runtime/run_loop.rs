@@ -196,7 +196,7 @@ fn start_tasks(
     partitions: u32,
 ) {
     let tasks = share.tasks(partitions);
-    tracing::info!(partitions, ?share, ?tasks, topic = %context.config.kafka.input_topic, "starting one active task per assigned input partition");
+    tracing::info!(partitions, ?share, ?tasks, topic = %context.config.tasks_topic(), "starting one active task per assigned input partition");
     if tasks.is_empty() && share == TaskShare::Assigned {
         tracing::info!(partitions, "waiting for the operator's assignment document");
     } else if tasks.is_empty() {
@@ -214,8 +214,9 @@ fn start_tasks(
     }
 }
 
-/// Partition count of the input topic, retried with backoff until the broker answers; `None`
-/// when shutdown was requested first.
+/// Partition count of the input topic (of a re-keyed input's repartition topic: see
+/// `WorkerConfig::tasks_topic`), retried with backoff until the broker answers; `None` when
+/// shutdown was requested first.
 fn discover_partitions(context: &WorkerContext) -> Result<Option<u32>, RunError> {
     let config = &context.config;
     let consumer: BaseConsumer = kafka_client::base_config(&config.kafka)?
@@ -223,7 +224,7 @@ fn discover_partitions(context: &WorkerContext) -> Result<Option<u32>, RunError>
         .map_err(RunError::Client)?;
     let mut backoff = Duration::from_millis(200);
     while !context.shutting_down() {
-        match consumer.fetch_metadata(Some(&config.kafka.input_topic), Duration::from_secs(10)) {
+        match consumer.fetch_metadata(Some(config.tasks_topic()), Duration::from_secs(10)) {
             Ok(metadata) => {
                 let count = metadata
                     .topics()
@@ -232,7 +233,7 @@ fn discover_partitions(context: &WorkerContext) -> Result<Option<u32>, RunError>
                 if let Some(count) = u32::try_from(count).ok().filter(|&c| c > 0) {
                     return Ok(Some(count));
                 }
-                tracing::warn!(topic = %config.kafka.input_topic, "input topic has no partitions yet");
+                tracing::warn!(topic = %config.tasks_topic(), "input topic has no partitions yet");
             }
             Err(error) => {
                 // The metadata error says only "transport failure". The reason (refused

@@ -26,11 +26,7 @@ use std::time::{Duration, Instant};
 const STALL_AFTER: Duration = Duration::from_secs(15);
 
 pub(crate) fn stall_after() -> Duration {
-    std::env::var("STREAMKEEPER_CONSUMER_STALL_SECONDS")
-        .ok()
-        .and_then(|text| text.parse::<f64>().ok())
-        .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
-        .map_or(STALL_AFTER, Duration::from_secs_f64)
+    super::seconds_from_env("STREAMKEEPER_CONSUMER_STALL_SECONDS", STALL_AFTER)
 }
 
 /// A consumer found stalled: where it stands, what the broker holds, for how long nothing came.

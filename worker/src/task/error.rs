@@ -59,6 +59,9 @@ pub enum TaskError {
     /// join them wrongly.
     #[error("partitions changed: {0}")]
     PartitionsChanged(String),
+    /// A re-keyed join side's topic got partitions: retried, reading them too.
+    #[error("sources changed: {0}")]
+    SourcesChanged(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -84,7 +87,7 @@ impl TaskError {
     /// Stable label for metrics and events.
     /// Every [`TaskError::category`], so the metrics can start each at 0 (a new variant's
     /// category missing here only appears at its first error, as any label did before).
-    pub const CATEGORIES: [&'static str; 16] = [
+    pub const CATEGORIES: [&'static str; 17] = [
         "kafka",
         "fenced",
         "transaction_timeout",
@@ -100,6 +103,7 @@ impl TaskError {
         "stopped",
         "consumer_stalled",
         "partitions_changed",
+        "sources_changed",
         "internal",
     ];
 
@@ -121,6 +125,7 @@ impl TaskError {
             TaskError::Stopped(_) => "stopped",
             TaskError::ConsumerStalled(_) => "consumer_stalled",
             TaskError::PartitionsChanged(_) => "partitions_changed",
+            TaskError::SourcesChanged(_) => "sources_changed",
             TaskError::Internal(_) => "internal",
         }
     }

@@ -221,3 +221,13 @@ fn run_once(
     phase.enter(TaskPhase::Running, None);
     loop_.run(store, checkpoints.as_ref())
 }
+
+/// A duration the environment variable `name` overrides in seconds (tests use seconds where a
+/// pod waits minutes); `default` when it is unset or not a positive number.
+pub(crate) fn seconds_from_env(name: &str, default: Duration) -> Duration {
+    std::env::var(name)
+        .ok()
+        .and_then(|text| text.parse::<f64>().ok())
+        .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
+        .map_or(default, Duration::from_secs_f64)
+}

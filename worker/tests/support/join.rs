@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use streamkeeper_contract::co_partitioning::Partitioner;
 use streamkeeper_contract::worker_config::{
-    JoinKind, JoinMode, JoinRight, JoinWindowConfig, ProcessorConfig, ProcessorKind,
+    JoinKind, JoinLeft, JoinMode, JoinRight, JoinWindowConfig, ProcessorConfig, ProcessorKind,
 };
 
 /// Partitions of every topic of the join tests.
@@ -101,6 +101,7 @@ pub fn join_processor(
         kind: ProcessorKind::Join {
             join,
             mode,
+            left: JoinLeft::default(),
             right,
             window,
             history,
@@ -111,17 +112,24 @@ pub fn join_processor(
 
 /// Waits until the job has committed every record of `topics` (or the worker exits).
 pub fn wait_consumed(job: &Job, worker: &mut Worker, topics: &[&str]) {
+    let topics: Vec<_> = topics.iter().map(|topic| (*topic, PARTITIONS)).collect();
+    wait_consumed_of(job, worker, &topics);
+}
+
+/// [`wait_consumed`] of topics of other partition counts than [`PARTITIONS`].
+pub fn wait_consumed_of(job: &Job, worker: &mut Worker, topics: &[(&str, i32)]) {
     let deadline = Instant::now() + Duration::from_secs(180);
-    for topic in topics {
-        let ends = end_offsets(topic, PARTITIONS);
-        while job.committed_offsets_in(topic) != ends {
+    for (topic, partitions) in topics {
+        let ends = end_offsets(topic, *partitions);
+        let committed = || committed_offsets(&job.config.job.group_id(), topic, *partitions);
+        while committed() != ends {
             if let Some(status) = worker.child.try_wait().unwrap() {
                 panic!("worker exited with {status}; log:\n{}", worker.log_tail());
             }
             assert!(
                 Instant::now() < deadline,
                 "{topic} not consumed: committed {:?}, ends {ends:?}; log:\n{}",
-                job.committed_offsets_in(topic),
+                committed(),
                 worker.log_tail()
             );
             std::thread::sleep(Duration::from_millis(200));
@@ -195,4 +203,33 @@ pub fn expected_table_join(
         }
     }
     sorted(joined)
+}
+
+/// Starts the job at `point` and waits for the abort, wiping the job's volume first at a
+/// `mid-restore` point (every task then rebuilds from the changelog); `false` when the worker
+/// ran out of input first (it is stopped then: a stop, not a crash).
+pub fn crash_at(job: &Job, point: &str) -> bool {
+    if point.starts_with("mid-restore") {
+        for task in 0..job.partitions {
+            let _ = std::fs::remove_dir_all(job.config.state.dir.join(format!("task-{task}")));
+        }
+    }
+    let mut worker = job.start(Some(point));
+    if worker.wait_for_crash(Duration::from_secs(120)) {
+        return true;
+    }
+    worker.kill9();
+    false
+}
+
+/// [`crash_at`] each of `points` in turn, then a kill -9 from outside after each of
+/// `delays_ms`; how many failpoints were reached.
+pub fn crash_sweep(job: &Job, points: &[&str], delays_ms: &[u64]) -> usize {
+    let crashes = points.iter().filter(|point| crash_at(job, point)).count();
+    for delay_ms in delays_ms {
+        let mut worker = job.start(None);
+        std::thread::sleep(Duration::from_millis(*delay_ms));
+        worker.kill9();
+    }
+    crashes
 }

@@ -49,19 +49,24 @@ fn is_transient(error: &rdkafka::error::KafkaError) -> bool {
 }
 
 pub fn end_offsets(topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    watermarks(topic, partitions)
+        .into_iter()
+        .map(|(p, (_, end))| (p, end))
+        .collect()
+}
+
+/// The first and the next offset of every partition of `topic`.
+pub fn watermarks(topic: &str, partitions: i32) -> BTreeMap<i32, (i64, i64)> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", kafka_bootstrap())
         .create()
         .unwrap();
     (0..partitions)
         .map(|p| {
-            (
-                p,
-                retrying("reading watermarks", || {
-                    consumer.fetch_watermarks(topic, p, TIMEOUT)
-                })
-                .1,
-            )
+            let marks = retrying("reading watermarks", || {
+                consumer.fetch_watermarks(topic, p, TIMEOUT)
+            });
+            (p, marks)
         })
         .collect()
 }

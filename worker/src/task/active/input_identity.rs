@@ -1,5 +1,6 @@
 //! Which input a task's state was built from: the input topic's name and its Kafka topic id,
-//! stored in the state itself under `keys::INPUT` (a join's right topic: `keys::RIGHT_INPUT`),
+//! stored in the state itself under `keys::INPUT` (a join's right topic: `keys::RIGHT_INPUT`;
+//! a re-keyed side's own topic: `keys::LEFT_SOURCE`, `keys::RIGHT_SOURCE`),
 //! so it travels with the changelog and every checkpoint like the processor's identity
 //! (`identity`).
 //!
@@ -18,8 +19,7 @@
 
 use super::identity::Verdict;
 use super::processing_loop::{ActiveLoop, KAFKA_TIMEOUT};
-use super::sources::{self, Positions};
-use crate::processor::Side;
+use super::sources::{self, Positions, Source};
 use crate::store::{ChangeSet, RocksStore, StateStore};
 use crate::task::{TaskError, stop};
 use rdkafka::consumer::Consumer;
@@ -81,20 +81,20 @@ pub fn judge(task: u32, stored: Option<&[u8]>, ours: &InputIdentity) -> Verdict 
 }
 
 impl ActiveLoop<'_> {
-    /// Checks the state in `store` against the topic this job reads on `side`, writing this
-    /// job's identity into a state that has none (in its own transaction, so it reaches the
-    /// changelog).
+    /// Checks the state in `store` against the topic this job reads `source` from, writing
+    /// this job's identity into a state that has none (in its own transaction, so it reaches
+    /// the changelog).
     pub(super) fn check_input_identity(
         &self,
         store: &mut RocksStore,
-        side: Side,
+        source: Source,
     ) -> Result<(), TaskError> {
-        let topic = self.topic_of(side);
+        let (topic, _) = self.locate(source);
         let ours = InputIdentity {
             topic: topic.to_string(),
             topic_id: self.input_topic_id(topic)?,
         };
-        let key = sources::identity_key(side);
+        let key = sources::identity_key(source);
         let stored = store.get(key)?;
         match judge(self.task, stored.as_deref(), &ours) {
             Verdict::Same => Ok(()),

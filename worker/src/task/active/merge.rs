@@ -1,7 +1,8 @@
 //! The order in which a join's task processes the records of its two topics.
 //!
-//! One consumer reads partition `task` of both topics, and librdkafka hands their records over
-//! in whatever order its fetches complete. A join's result depends on that order (a table
+//! One consumer reads partition `task` of both topics (and the partitions a re-keyed side's
+//! records come from, which go on at once: see `sources`), and librdkafka hands their records
+//! over in whatever order its fetches complete. A join's result depends on that order (a table
 //! update read before or after a stream record of a later time), so the task keeps a few
 //! records of each side and takes the one with the earlier Kafka timestamp, as Kafka Streams
 //! does. While one side has nothing buffered, the other goes on once the consumer has nothing
@@ -9,11 +10,13 @@
 //! the stream up. Whatever the order, each transaction commits both positions with the state
 //! and output it produced, so a replay after a crash goes on from a consistent point.
 
+use super::sources::Source;
+use crate::processor::RawInput;
 use crate::processor::Side;
 use rdkafka::Message;
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
-use rdkafka::message::OwnedMessage;
+use rdkafka::message::{BorrowedMessage, OwnedMessage};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -28,14 +31,16 @@ pub struct Merge {
 }
 
 impl Merge {
-    /// The next record to process, polling `consumer` (waiting up to `wait` only when nothing
-    /// is buffered). `right_topic` tells the sides apart.
+    /// The next record to process and its source, polling `consumer` (waiting up to `wait`
+    /// only when nothing is buffered). `source_of` tells a record's source by its topic and
+    /// partition. A record to re-key goes first, at once: its order against the join's records
+    /// is fixed later, when the join reads it back from the repartition topic.
     pub fn next(
         &mut self,
         consumer: &BaseConsumer,
-        right_topic: &str,
+        source_of: impl Fn(&str, i32) -> Option<Source>,
         wait: Duration,
-    ) -> Result<Option<(Side, OwnedMessage)>, KafkaError> {
+    ) -> Result<Option<(Source, OwnedMessage)>, KafkaError> {
         while self.left.is_empty() || self.right.is_empty() {
             if self.left.len() + self.right.len() >= MAX_BUFFERED {
                 break;
@@ -50,10 +55,13 @@ impl Merge {
                 None => break,
                 Some(Err(error)) => return Err(error),
                 Some(Ok(message)) => {
-                    let queue = if message.topic() == right_topic {
-                        &mut self.right
-                    } else {
-                        &mut self.left
+                    let queue = match source_of(message.topic(), message.partition()) {
+                        Some(source @ Source::Rekeyed(..)) => {
+                            return Ok(Some((source, message.detach())));
+                        }
+                        Some(Source::Joined(Side::Right)) => &mut self.right,
+                        // Only assigned partitions deliver records: this is the left side's.
+                        Some(Source::Joined(Side::Left)) | None => &mut self.left,
                     };
                     queue.push_back(message.detach());
                 }
@@ -70,8 +78,48 @@ impl Merge {
                 Side::Left => &mut self.left,
                 Side::Right => &mut self.right,
             };
-            queue.pop_front().map(|message| (side, message))
+            queue
+                .pop_front()
+                .map(|message| (Source::Joined(side), message))
         }))
+    }
+}
+
+/// A record the loop polled: the input's, borrowed from the consumer, or one of a join's
+/// topics, taken out of the consumer by [`Merge`].
+pub(super) enum Polled<'c> {
+    Input(BorrowedMessage<'c>),
+    Merged(Source, OwnedMessage),
+}
+
+impl Polled<'_> {
+    pub(super) fn source(&self) -> Source {
+        match self {
+            Polled::Input(_) => Source::Joined(Side::Left),
+            Polled::Merged(source, _) => *source,
+        }
+    }
+
+    /// The record as the pipeline reads it.
+    pub(super) fn raw(&self) -> RawInput<'_> {
+        let side = match self.source() {
+            Source::Joined(side) | Source::Rekeyed(side, _) => side,
+        };
+        match self {
+            Polled::Input(message) => raw_input(side, message),
+            Polled::Merged(_, message) => raw_input(side, message),
+        }
+    }
+}
+
+fn raw_input<M: Message>(side: Side, message: &M) -> RawInput<'_> {
+    RawInput {
+        side,
+        kafka_key: message.key(),
+        payload: message.payload(),
+        partition: message.partition(),
+        offset: message.offset(),
+        timestamp_ms: message.timestamp().to_millis(),
     }
 }
 

@@ -12,14 +12,17 @@
 //! - `claim`: a transactional producer that has fenced every older owner of the task;
 //! - `fence`: telling a real fence from a transaction the coordinator aborted for its timeout;
 //! - `commit_mark`: the assignment generation each input commit carries;
-//! - `sources`: the topics a task reads (the input, and a join's right topic), and where each
-//!   one's position and identity live in the state;
+//! - `sources`: the partitions a task reads (the input, a join's right topic, a re-keyed
+//!   side's partitions), and where each one's position and identity live in the state;
 //! - `input_position`: where the input resumes, and what happens when Kafka and the state
 //!   disagree;
 //! - `promotion`: the steps of a promotion, timed;
-//! - `merge`: the order in which a join's task takes the records of its two topics;
+//! - `merge`: the order in which a join's task takes the records of its topics, and the
+//!   record the loop polled;
 //! - `cadence`: when the loop looks at its sources;
 //! - `processing_loop`: the exactly-once loop ([`ActiveLoop`]);
+//! - `rekey`: writing a re-keyed side's records to its repartition topic, and purging what the
+//!   join has consumed of it;
 //! - `watch`: each source's lag, whether the consumer stalled on one, and whether a join's
 //!   topics kept their partition count;
 //! - `resume`: resuming the input where the state says, by `input_position`'s rule;
@@ -37,6 +40,7 @@ mod merge;
 mod processing_loop;
 pub(super) mod promotion;
 mod record_size;
+mod rekey;
 mod resume;
 pub(super) mod sources;
 mod watch;

@@ -7,25 +7,24 @@
 use super::cadence::SourceChecks;
 use super::dead_letter::{self, DeadLetter};
 use super::input_position;
-use super::merge::Merge;
+use super::merge::{Merge, Polled};
 use super::promotion::{PromotionClock, Step};
-use super::sources::{self, Positions};
+use super::sources::{self, Positions, Read, SideTopics, Source};
 use super::{claim, commit_mark, fence, record_size};
 use crate::checkpoint::TaskCheckpoints;
 use crate::failpoint;
 use crate::kafka_client;
 use crate::metrics::{ReasonLabel, TaskLabel};
 use crate::processor::config::ProcessorConfig;
-use crate::processor::{Pipeline, Placement, ProcessError, ProcessOutput, RawInput, Side};
+use crate::processor::{Pipeline, ProcessError, ProcessOutput, RawInput, Side};
 use crate::store::{ChangeSet, Overlay, RocksStore, StateStore, TaskMetadata};
 use crate::task::changelog::changelog_consumer;
 use crate::task::consumer_watch::{self, ConsumerWatch};
 use crate::task::{TaskError, WorkerContext, partition_of};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, OwnedMessage};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 use std::time::{Duration, Instant};
 
 pub(super) const KAFKA_TIMEOUT: Duration = Duration::from_secs(30);
@@ -36,11 +35,7 @@ pub(super) const KAFKA_TIMEOUT: Duration = Duration::from_secs(30);
 const OFFSET_REFRESH: Duration = Duration::from_secs(3600);
 
 fn offset_refresh_interval() -> Duration {
-    std::env::var("STREAMKEEPER_OFFSET_REFRESH_SECONDS")
-        .ok()
-        .and_then(|text| text.parse::<f64>().ok())
-        .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
-        .map_or(OFFSET_REFRESH, Duration::from_secs_f64)
+    crate::task::seconds_from_env("STREAMKEEPER_OFFSET_REFRESH_SECONDS", OFFSET_REFRESH)
 }
 
 /// An active task's clients and pipeline; its methods are the role's steps and the loop.
@@ -50,9 +45,15 @@ pub struct ActiveLoop<'a> {
     pub(super) partition: i32,
     producer: FutureProducer,
     pub(super) input: BaseConsumer,
-    /// A join's right topic, read from the same partition as the input.
-    right_topic: Option<String>,
-    pipeline: Pipeline,
+    /// How the job reads each side: the input, and a join's right topic.
+    sides: Vec<SideTopics>,
+    /// The partitions this task reads, once its input is resumed (`resume`).
+    pub(super) reads: Vec<Read>,
+    /// A re-keyed join's partition count: its task count, which places the keys it writes.
+    pub(super) rekey_partitions: u32,
+    /// Each re-keyed side's topic's partition count when the reads were planned.
+    pub(super) rekeyed_counts: std::collections::BTreeMap<Side, u32>,
+    pub(super) pipeline: Pipeline,
     /// Set when this run is a promotion: its steps and first commit are timed from it.
     promotion: std::cell::RefCell<Option<PromotionClock>>,
 }
@@ -84,7 +85,10 @@ impl<'a> ActiveLoop<'a> {
             partition,
             producer,
             input,
-            right_topic: config.processor.right_topic().map(str::to_string),
+            sides: sources::sides_of(config),
+            reads: Vec::new(),
+            rekey_partitions: 1,
+            rekeyed_counts: Default::default(),
             pipeline,
             promotion: std::cell::RefCell::new(context.promoted_at.map(PromotionClock::since)),
         })
@@ -97,25 +101,46 @@ impl<'a> ActiveLoop<'a> {
         }
     }
 
-    /// Checks each record's partition against its key from now on (a join's task).
-    pub(super) fn set_placement(&mut self, placement: Placement) {
-        self.pipeline.set_placement(placement);
+    /// How the job reads each side: the input, and a join's right topic.
+    pub(super) fn sides(&self) -> &[SideTopics] {
+        &self.sides
     }
 
-    /// The sources this task reads: the input, and a join's right topic.
-    pub(super) fn sides(&self) -> Vec<Side> {
-        match self.right_topic {
-            None => vec![Side::Left],
-            Some(_) => vec![Side::Left, Side::Right],
-        }
+    /// Whether this task joins two topics.
+    pub(super) fn joins(&self) -> bool {
+        self.sides.len() > 1
     }
 
-    /// The topic `side` reads.
+    /// The topic `side`'s records are joined (or processed) from: the side's own topic, or its
+    /// repartition topic.
     pub(super) fn topic_of(&self, side: Side) -> &str {
-        match (side, &self.right_topic) {
-            (Side::Right, Some(right)) => right,
-            _ => &self.context.config.kafka.input_topic,
+        self.side(side)
+            .map_or(&self.context.config.kafka.input_topic, SideTopics::joined)
+    }
+
+    /// How the job reads `side`.
+    pub(super) fn side(&self, side: Side) -> Option<&SideTopics> {
+        self.sides.iter().find(|topics| topics.side == side)
+    }
+
+    /// The topic and partition `source` is read from.
+    pub(super) fn locate(&self, source: Source) -> (&str, i32) {
+        match source {
+            Source::Joined(side) => (self.topic_of(side), self.partition),
+            Source::Rekeyed(side, partition) => (
+                self.side(side)
+                    .map_or(&self.context.config.kafka.input_topic, |s| &s.topic),
+                partition,
+            ),
         }
+    }
+
+    /// Which source a record read from `topic`'s `partition` belongs to.
+    fn source_of(&self, topic: &str, partition: i32) -> Option<Source> {
+        self.reads
+            .iter()
+            .find(|read| read.partition == partition && read.topic == topic)
+            .map(|read| read.source)
     }
 
     /// A consumer for replaying the changelog, with end-of-partition events: a replay ends on
@@ -154,8 +179,9 @@ impl<'a> ActiveLoop<'a> {
         let mut checks = SourceChecks::starting_now();
         let refresh_every = offset_refresh_interval();
         let mut input_watch = ConsumerWatch::new(consumer_watch::stall_after());
-        let mut merge = self.right_topic.as_ref().map(|_| Merge::default());
+        let mut merge = (self.reads.len() > 1).then(Merge::default);
         let mut last_commit = Instant::now();
+        let mut last_purge = Some(Instant::now());
         // The input had nothing more at the last poll.
         let mut drained = false;
         loop {
@@ -183,6 +209,9 @@ impl<'a> ActiveLoop<'a> {
                 self.refresh_input_offset(store)?;
                 last_commit = Instant::now();
             }
+            if txn.is_none() {
+                self.purge_repartitioned(store, &mut last_purge);
+            }
             if let Some(checkpoints) = checkpoints {
                 checkpoints.maybe_checkpoint(store);
             }
@@ -208,7 +237,10 @@ impl<'a> ActiveLoop<'a> {
             let open = txn
                 .as_mut()
                 .ok_or_else(|| TaskError::Internal("no transaction".into()))?;
-            self.process_one(store, open, &message.raw())?;
+            match message.source() {
+                Source::Joined(_) => self.process_one(store, open, &message.raw())?,
+                Source::Rekeyed(..) => self.rekey_one(open, message.source(), &message.raw())?,
+            }
             failpoint::hit("mid-transaction");
             if failpoint::reached("input-stops") {
                 self.stop_fetching_input()?;
@@ -216,16 +248,16 @@ impl<'a> ActiveLoop<'a> {
         }
     }
 
-    /// The next record: the input's as the consumer delivers them, or a join's two topics in
-    /// the order [`Merge`] decides.
+    /// The next record: the input's as the consumer delivers them, or a join's topics in the
+    /// order [`Merge`] decides.
     fn poll(&self, merge: Option<&mut Merge>) -> Option<Result<Polled<'_>, KafkaError>> {
         const WAIT: Duration = Duration::from_millis(20);
-        match (merge, &self.right_topic) {
-            (Some(merge), Some(right)) => merge
-                .next(&self.input, right, WAIT)
+        match merge {
+            Some(merge) => merge
+                .next(&self.input, |topic, p| self.source_of(topic, p), WAIT)
                 .transpose()
-                .map(|polled| polled.map(|(side, message)| Polled::Merged(side, message))),
-            _ => self
+                .map(|polled| polled.map(|(source, message)| Polled::Merged(source, message))),
+            None => self
                 .input
                 .poll(WAIT)
                 .map(|polled| polled.map(Polled::Input)),
@@ -255,7 +287,8 @@ impl<'a> ActiveLoop<'a> {
         }
         txn.changes = overlay.into_changes();
         txn.records += 1;
-        txn.positions.set(input.side, input.offset + 1);
+        txn.positions
+            .set(Source::Joined(input.side), input.offset + 1);
         let label = TaskLabel { task: self.task };
         self.context
             .metrics
@@ -306,7 +339,7 @@ impl<'a> ActiveLoop<'a> {
     }
 
     /// Sends the input record `input` to the dead-letter topic in the open transaction.
-    fn send_dead_letter(
+    pub(super) fn send_dead_letter(
         &self,
         txn: &mut Transaction,
         input: &RawInput<'_>,
@@ -337,9 +370,9 @@ impl<'a> ActiveLoop<'a> {
     fn commit(&self, store: &mut RocksStore, mut txn: Transaction) -> Result<(), TaskError> {
         let kafka = &self.context.config.kafka;
         // The input positions travel with the state (see `input_position`).
-        for (side, next) in txn.positions.moved() {
+        for (source, next) in txn.positions.moved() {
             txn.changes.put(
-                sources::position_key(side),
+                &sources::position_key(source),
                 input_position::encode_position(next),
             );
         }
@@ -354,7 +387,7 @@ impl<'a> ActiveLoop<'a> {
             last_changelog = Some(self.send(record)?);
         }
         let changelog_records = txn.changes.len() as u64;
-        self.send_input_offsets(txn.positions)?;
+        self.send_input_offsets(&txn.positions)?;
         self.producer
             .commit_transaction(KAFKA_TIMEOUT)
             .map_err(|e| TaskError::kafka("commit_transaction", e))?;
@@ -363,7 +396,7 @@ impl<'a> ActiveLoop<'a> {
         let mut meta = store
             .metadata()
             .unwrap_or_else(|| TaskMetadata::initial(self.task));
-        if let Some(next_input_offset) = txn.positions.left {
+        if let Some(next_input_offset) = txn.positions.get(Source::Joined(Side::Left)) {
             meta.next_input_offset = next_input_offset;
         }
         if let Some(future) = last_changelog {
@@ -386,13 +419,11 @@ impl<'a> ActiveLoop<'a> {
 
     /// Adds the input positions the transaction moved to it, marked with the assignment
     /// generation this role runs under (`commit_mark`).
-    fn send_input_offsets(&self, positions: Positions) -> Result<(), TaskError> {
+    fn send_input_offsets(&self, positions: &Positions) -> Result<(), TaskError> {
         let mut offsets = TopicPartitionList::new();
-        for (side, next) in positions.moved() {
-            if side == Side::Right && self.right_topic.is_none() {
-                continue;
-            }
-            let mut offset = offsets.add_partition(self.topic_of(side), self.partition);
+        for (source, next) in positions.moved() {
+            let (topic, partition) = self.locate(source);
+            let mut offset = offsets.add_partition(topic, partition);
             offset
                 .set_offset(Offset::Offset(next))
                 .map_err(|e| TaskError::kafka("building the offsets", e))?;
@@ -472,9 +503,10 @@ impl<'a> ActiveLoop<'a> {
         else {
             return Ok(());
         };
-        let mut positions = Positions::left(position);
-        if self.right_topic.is_some() {
-            positions.right = Some(self.state_position(store, Side::Right)?);
+        let mut positions = Positions::default();
+        for read in &self.reads {
+            let next = self.state_position(store, read.source)?;
+            positions.set(read.source, next);
         }
         self.commit_changes(store, ChangeSet::new(), positions)?;
         self.context
@@ -491,7 +523,10 @@ impl<'a> ActiveLoop<'a> {
     }
 
     /// Sends a record, waiting for room in the producer queue rather than failing.
-    fn send<K, P>(&self, record: FutureRecord<'_, K, P>) -> Result<DeliveryFuture, TaskError>
+    pub(super) fn send<K, P>(
+        &self,
+        record: FutureRecord<'_, K, P>,
+    ) -> Result<DeliveryFuture, TaskError>
     where
         K: rdkafka::message::ToBytes + ?Sized,
         P: rdkafka::message::ToBytes + ?Sized,
@@ -513,22 +548,14 @@ impl<'a> ActiveLoop<'a> {
 /// The open Kafka transaction: the overlay of state changes and what it has consumed.
 pub(super) struct Transaction {
     started: Instant,
-    records: u32,
+    pub(super) records: u32,
     /// Where each source resumes after this transaction.
-    positions: Positions,
+    pub(super) positions: Positions,
     changes: ChangeSet,
-    pending: Vec<DeliveryFuture>,
+    pub(super) pending: Vec<DeliveryFuture>,
 }
 
 impl Transaction {
-    /// Where `side` resumes after this transaction, if it consumed any of it.
-    pub(super) fn positions_of(&self, side: Side) -> Option<i64> {
-        match side {
-            Side::Left => self.positions.left,
-            Side::Right => self.positions.right,
-        }
-    }
-
     fn new() -> Self {
         Self {
             started: Instant::now(),
@@ -537,33 +564,5 @@ impl Transaction {
             changes: ChangeSet::new(),
             pending: Vec::new(),
         }
-    }
-}
-
-/// A record the loop polled: the input's, borrowed from the consumer, or one of a join's two
-/// topics, taken out of the consumer by [`Merge`].
-enum Polled<'c> {
-    Input(BorrowedMessage<'c>),
-    Merged(Side, OwnedMessage),
-}
-
-impl Polled<'_> {
-    /// The record as the pipeline reads it.
-    fn raw(&self) -> RawInput<'_> {
-        match self {
-            Polled::Input(message) => raw_input(Side::Left, message),
-            Polled::Merged(side, message) => raw_input(*side, message),
-        }
-    }
-}
-
-fn raw_input<M: Message>(side: Side, message: &M) -> RawInput<'_> {
-    RawInput {
-        side,
-        kafka_key: message.key(),
-        payload: message.payload(),
-        partition: message.partition(),
-        offset: message.offset(),
-        timestamp_ms: message.timestamp().to_millis(),
     }
 }

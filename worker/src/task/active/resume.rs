@@ -5,48 +5,41 @@
 
 use super::input_position::{self, InputFacts, InputStart, Resume};
 use super::processing_loop::{ActiveLoop, KAFKA_TIMEOUT};
-use super::sources::{self, Positions};
+use super::sources::{self, Positions, Read, Source};
 use crate::metrics::{ReasonLabel, TaskLabel};
 use crate::processor::{Placement, Side};
 use crate::store::{ChangeSet, RocksStore, StateStore};
 use crate::task::{TaskError, stop};
 use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
+use std::collections::{BTreeMap, BTreeSet};
 
 impl ActiveLoop<'_> {
     /// Positions the input where the state's own position says, by the rule in
     /// [`input_position`]: Kafka's committed offset is a copy that may be gone or moved, and a
     /// disagreement is repaired (committed again), a recovery gap reported, never either one
-    /// silently followed.
+    /// silently followed. A join resumes each partition it reads by the same rule.
     pub fn resume_input(&mut self, store: &mut RocksStore) -> Result<(), TaskError> {
-        // A join's topics must still be co-partitioned (see `watch`), and each record is
-        // checked against its key's placement.
-        let partitioner = self.context.config.processor.partitioner();
-        if let Some(partitioner) = partitioner
-            && let Some(partitions) = self.source_partitions()?
-        {
-            let right = self.topic_of(Side::Right).to_string();
-            let placement =
-                Placement::new(partitioner, partitions, self.topic_of(Side::Left), &right);
-            self.set_placement(placement);
-        }
+        self.plan_reads()?;
         let mut assignment = TopicPartitionList::new();
         let mut again = Positions::default();
         let mut resumed = Vec::new();
+        let mut identities_checked = BTreeSet::new();
         let mut lag = 0;
-        for side in self.sides() {
+        for read in self.reads.clone() {
             // The state's position is an offset of the topic it was built from: only there.
-            self.check_input_identity(store, side)?;
-            let (resume, log_end) = self.resume_source(store, side)?;
+            if identities_checked.insert(sources::identity_key(read.source)) {
+                self.check_input_identity(store, read.source)?;
+            }
+            let (resume, log_end) = self.resume_source(store, &read)?;
             lag += (log_end - resume.offset).max(0);
-            let topic = self.topic_of(side);
             assignment
-                .add_partition_offset(topic, self.partition, Offset::Offset(resume.offset))
+                .add_partition_offset(&read.topic, read.partition, Offset::Offset(resume.offset))
                 .map_err(|e| TaskError::kafka("assigning the input partition", e))?;
             if resume.commit_again() {
-                again.set(side, resume.offset);
+                again.set(read.source, resume.offset);
             }
-            resumed.push((topic.to_string(), resume.offset));
+            resumed.push((read.topic, read.partition, resume.offset));
         }
         self.input
             .assign(&assignment)
@@ -55,7 +48,7 @@ impl ActiveLoop<'_> {
             self.commit_changes(store, ChangeSet::new(), again)?;
         }
         let changelog_offset = store.metadata().map_or(0, |m| m.next_changelog_offset);
-        let input_offset = resumed.first().map_or(0, |(_, offset)| *offset);
+        let input_offset = resumed.first().map_or(0, |(_, _, offset)| *offset);
         tracing::info!(
             task = self.task,
             input_offset,
@@ -72,13 +65,55 @@ impl ActiveLoop<'_> {
         Ok(())
     }
 
-    /// Decides where `side` resumes, and reports a gap or a disagreement with Kafka; with the
+    /// Decides which partitions this task reads (`sources::plan`). A join's keys are placed by
+    /// its task count, which its topics must still have (see `watch`), and each record is
+    /// checked against its key's placement; a re-keyed side's partitions are dealt out among
+    /// the tasks by that count.
+    fn plan_reads(&mut self) -> Result<(), TaskError> {
+        let mut tasks = 1;
+        if self.joins() {
+            let partitions = self.source_partitions()?;
+            let rekeys = self.sides().iter().any(|side| side.repartition.is_some());
+            if let Some(partitions) = partitions {
+                tasks = partitions;
+                if let Some(partitioner) = self.context.config.processor.partitioner() {
+                    let (left, right) = (self.topic_of(Side::Left), self.topic_of(Side::Right));
+                    let placement = Placement::new(partitioner, partitions, left, right);
+                    self.pipeline.set_placement(placement);
+                }
+            } else if rekeys {
+                return Err(TaskError::Internal(
+                    "the broker did not tell the join's partition counts, which a re-keyed side is dealt out by".into(),
+                ));
+            }
+        }
+        let mut counts = BTreeMap::new();
+        for side in self
+            .sides()
+            .iter()
+            .filter(|side| side.repartition.is_some())
+        {
+            let count = self.partition_count(&side.topic).ok_or_else(|| {
+                TaskError::Internal(format!(
+                    "the broker did not tell {}'s partition count, to re-key it",
+                    side.topic
+                ))
+            })?;
+            counts.insert(side.side, count);
+        }
+        self.reads = sources::plan(self.task, tasks, self.sides(), &counts);
+        self.rekey_partitions = tasks;
+        self.rekeyed_counts = counts;
+        Ok(())
+    }
+
+    /// Decides where `read` resumes, and reports a gap or a disagreement with Kafka; with the
     /// partition's end offset.
-    fn resume_source(&self, store: &RocksStore, side: Side) -> Result<(Resume, i64), TaskError> {
-        let topic = self.topic_of(side);
-        let committed = self.committed_offset(topic)?;
-        let (log_start, log_end) = self.watermarks(topic)?;
-        let state_position = self.state_position(store, side)?;
+    fn resume_source(&self, store: &RocksStore, read: &Read) -> Result<(Resume, i64), TaskError> {
+        let (topic, partition) = (read.topic.as_str(), read.partition);
+        let committed = self.committed_offset(topic, partition)?;
+        let (log_start, log_end) = self.watermarks(topic, partition)?;
+        let state_position = self.state_position(store, read.source)?;
         let facts = InputFacts {
             state_position,
             committed,
@@ -98,6 +133,7 @@ impl ActiveLoop<'_> {
             tracing::error!(
                 task = self.task,
                 %topic,
+                partition,
                 from_offset = gap.from_offset,
                 to_offset = gap.to_offset,
                 records = gap.records(),
@@ -116,18 +152,22 @@ impl ActiveLoop<'_> {
                     reason: disagreement.as_str().into(),
                 })
                 .inc();
-            tracing::warn!(task = self.task, %topic, committed = ?committed, state_position, resume_at = resume.offset, how = disagreement.as_str(), "Kafka's committed input offset disagrees with the state's position; the state is the truth, committing its position again");
+            tracing::warn!(task = self.task, %topic, partition, committed = ?committed, state_position, resume_at = resume.offset, how = disagreement.as_str(), "Kafka's committed input offset disagrees with the state's position; the state is the truth, committing its position again");
         }
         Ok((resume, log_end))
     }
 
-    /// The next offset of `side` the state has not consumed: the metadata's for the input, the
-    /// state's own key for a join's right topic.
-    pub(super) fn state_position(&self, store: &RocksStore, side: Side) -> Result<i64, TaskError> {
-        Ok(match side {
-            Side::Left => store.metadata().map_or(0, |m| m.next_input_offset),
-            Side::Right => store
-                .get(sources::position_key(side))?
+    /// The next offset of `source` the state has not consumed: the metadata's for the input,
+    /// the state's own key for every other source.
+    pub(super) fn state_position(
+        &self,
+        store: &RocksStore,
+        source: Source,
+    ) -> Result<i64, TaskError> {
+        Ok(match source {
+            Source::Joined(Side::Left) => store.metadata().map_or(0, |m| m.next_input_offset),
+            _ => store
+                .get(&sources::position_key(source))?
                 .as_deref()
                 .and_then(input_position::decode_position)
                 .unwrap_or(0),
@@ -136,12 +176,12 @@ impl ActiveLoop<'_> {
 
     /// The committed input position of this task's partition, if any.
     pub fn committed_input_offset(&self) -> Result<Option<i64>, TaskError> {
-        self.committed_offset(self.topic_of(Side::Left))
+        self.committed_offset(self.topic_of(Side::Left), self.partition)
     }
 
-    fn committed_offset(&self, topic: &str) -> Result<Option<i64>, TaskError> {
+    fn committed_offset(&self, topic: &str, partition: i32) -> Result<Option<i64>, TaskError> {
         let mut wanted = TopicPartitionList::new();
-        wanted.add_partition(topic, self.partition);
+        wanted.add_partition(topic, partition);
         let committed = stop::kafka_call(
             self.context,
             KAFKA_TIMEOUT,
@@ -149,23 +189,25 @@ impl ActiveLoop<'_> {
             |t| self.input.committed_offsets(wanted.clone(), t),
         )?;
         Ok(committed
-            .find_partition(topic, self.partition)
+            .find_partition(topic, partition)
             .and_then(|p| p.offset().to_raw())
             .filter(|o| *o >= 0))
     }
 
     /// The first offset of this task's input partition the broker still holds.
     pub fn input_log_start(&self) -> Result<i64, TaskError> {
-        Ok(self.watermarks(self.topic_of(Side::Left))?.0)
+        Ok(self
+            .watermarks(self.topic_of(Side::Left), self.partition)?
+            .0)
     }
 
-    /// The first and the next offset of this task's partition of `topic`.
-    fn watermarks(&self, topic: &str) -> Result<(i64, i64), TaskError> {
+    /// The first and the next offset of `topic`'s `partition`.
+    fn watermarks(&self, topic: &str, partition: i32) -> Result<(i64, i64), TaskError> {
         stop::kafka_call(
             self.context,
             KAFKA_TIMEOUT,
             "reading input watermarks",
-            |t| self.input.fetch_watermarks(topic, self.partition, t),
+            |t| self.input.fetch_watermarks(topic, partition, t),
         )
     }
 }

@@ -1,10 +1,12 @@
 //! What an active task shows and checks of its sources every few seconds: each source's lag
 //! behind the broker's last stable offset (their sum is the task's input lag), whether the
 //! consumer has stalled on one of them (`consumer_watch`), and, less often, whether a join's
-//! topics still have the partition count its keys are placed by.
+//! topics still have the partition count its keys are placed by, and whether a re-keyed side's
+//! topic got partitions (which the task then reads too).
 
 use super::cadence::SourceChecks;
 use super::processing_loop::{ActiveLoop, Transaction};
+use super::sources::{self, Read, Source};
 use crate::metrics::TaskLabel;
 use crate::processor::Side;
 use crate::store::RocksStore;
@@ -24,8 +26,9 @@ impl ActiveLoop<'_> {
         watch: &mut ConsumerWatch,
         checks: &mut SourceChecks,
     ) -> Result<(), TaskError> {
-        if self.sides().len() > 1 && checks.partitions_due() {
+        if self.joins() && checks.partitions_due() {
             self.source_partitions()?;
+            self.check_rekeyed_counts()?;
         }
         if checks.lag_due() {
             self.check_lag(store, txn, watch)?;
@@ -42,22 +45,22 @@ impl ActiveLoop<'_> {
         watch: &mut ConsumerWatch,
     ) -> Result<(), TaskError> {
         let mut lag = None;
-        for side in self.sides() {
-            let topic = self.topic_of(side);
+        for read in &self.reads {
+            let (topic, partition) = (read.topic.as_str(), read.partition);
             let stable_end = self
                 .input
-                .fetch_watermarks(topic, self.partition, Duration::from_secs(1))
+                .fetch_watermarks(topic, partition, Duration::from_secs(1))
                 .ok()
                 .map(|(_, high)| high);
-            let committed = self.state_position(store, side)?;
+            let committed = self.state_position(store, read.source)?;
             if let Some(stable_end) = stable_end {
                 *lag.get_or_insert(0) += (stable_end - committed).max(0);
             }
-            let position = consumer_watch::position_of(&self.input, topic, self.partition)
-                .or_else(|| txn.and_then(|open| open.positions_of(side)))
+            let position = consumer_watch::position_of(&self.input, topic, partition)
+                .or_else(|| txn.and_then(|open| open.positions.get(read.source)))
                 .unwrap_or(committed);
             if let Some(stall) = watch.judge(position, stable_end, Instant::now()) {
-                return Err(self.input_stalled(side, stall));
+                return Err(self.input_stalled(read, stall));
             }
         }
         if let Some(lag) = lag {
@@ -80,12 +83,13 @@ impl ActiveLoop<'_> {
 
     /// Counts and reports a stalled input consumer; the error restarts the role from the
     /// committed state with a new consumer (see `consumer_watch`).
-    fn input_stalled(&self, side: Side, stall: ConsumerStall) -> TaskError {
-        let which = match side {
-            Side::Left => "input",
-            Side::Right => "right input",
+    fn input_stalled(&self, read: &Read, stall: ConsumerStall) -> TaskError {
+        let which = match read.source {
+            Source::Joined(Side::Left) => "input".to_string(),
+            Source::Joined(Side::Right) => "right input".to_string(),
+            Source::Rekeyed(_, partition) => format!("{} partition {partition}", read.topic),
         };
-        consumer_watch::report(self.context, self.task, which, &stall);
+        consumer_watch::report(self.context, self.task, &which, &stall);
         TaskError::ConsumerStalled(format!("{which}: {stall}"))
     }
 
@@ -93,8 +97,8 @@ impl ActiveLoop<'_> {
     /// broker keeps serving it.
     pub(super) fn stop_fetching_input(&self) -> Result<(), TaskError> {
         let mut partitions = TopicPartitionList::new();
-        for side in self.sides() {
-            partitions.add_partition(self.topic_of(side), self.partition);
+        for read in &self.reads {
+            partitions.add_partition(&read.topic, read.partition);
         }
         self.input
             .pause(&partitions)
@@ -113,7 +117,7 @@ impl ActiveLoop<'_> {
         };
         let mut counts = Vec::new();
         for side in self.sides() {
-            let topic = self.topic_of(side);
+            let topic = side.joined();
             let Some(count) = self.partition_count(topic) else {
                 return Ok(None);
             };
@@ -126,8 +130,37 @@ impl ActiveLoop<'_> {
         Ok(Some(placed_by))
     }
 
+    /// A re-keyed side's topic that got partitions this task is dealt since it planned its
+    /// reads: the error restarts the role, which then reads them too (from their start:
+    /// nothing of them was consumed). The other tasks go on as they are. Unlike a joined topic's, a re-keyed topic's count
+    /// places nothing: the task writes each record where its join key belongs.
+    fn check_rekeyed_counts(&self) -> Result<(), TaskError> {
+        for (side, planned) in &self.rekeyed_counts {
+            let Some(topics) = self.side(*side) else {
+                continue;
+            };
+            match self.partition_count(&topics.topic) {
+                Some(now)
+                    if sources::dealt_new_partitions(
+                        self.task,
+                        self.rekey_partitions,
+                        *planned,
+                        now,
+                    ) =>
+                {
+                    return Err(TaskError::SourcesChanged(format!(
+                        "task {}: {} has {now} partitions, {planned} when the task started re-keying it",
+                        self.task, topics.topic
+                    )));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// `topic`'s partition count, as the broker answers now.
-    fn partition_count(&self, topic: &str) -> Option<u32> {
+    pub(super) fn partition_count(&self, topic: &str) -> Option<u32> {
         let metadata = self
             .input
             .fetch_metadata(Some(topic), Duration::from_secs(2))

@@ -12,11 +12,12 @@ use super::install::install_first_usable;
 use super::plan::{self, ApplyRequest, InputRebuild, RewriteIncarnation};
 use super::progress::Progress;
 use crate::checkpoint::{CheckpointError, CheckpointService};
+use crate::processor::Side;
 use crate::processor::keys;
 use crate::store::metadata::is_reserved_key;
 use crate::store::{ChangeSet, RocksStore, StateStore};
 use crate::task::active::ActiveLoop;
-use crate::task::active::sources::Positions;
+use crate::task::active::sources::{Positions, Source};
 use crate::task::changelog::ChangelogProbe;
 use crate::task::{TaskError, WorkerContext, partition_of, stop};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -250,10 +251,9 @@ impl<'a> ChangelogRewrite<'a, '_> {
         input_offset: Option<i64>,
     ) -> Result<(), TaskError> {
         let changes = std::mem::take(&mut self.batch);
-        let positions = Positions {
-            left: input_offset,
-            right: None,
-        };
+        let positions = input_offset
+            .map(|next| Positions::of(Source::Joined(Side::Left), next))
+            .unwrap_or_default();
         self.active.commit_changes(store, changes, positions)?;
         self.progress.add_done(
             std::mem::take(&mut self.units),

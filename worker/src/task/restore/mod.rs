@@ -36,11 +36,12 @@ use self::progress::Progress;
 use self::replay::{ReplayRange, replay};
 use self::retention::{RetentionLookup, now_ms};
 use super::active::ActiveLoop;
-use super::active::sources::Positions;
+use super::active::sources::{self, Positions, Source};
 use super::changelog::ChangelogProbe;
 use super::{TaskError, WorkerContext, partition_of, stop};
 use crate::checkpoint::CheckpointError;
 use crate::checkpoint::download::list_manifests;
+use crate::processor::Side;
 use crate::processor::keys;
 use crate::store::{ChangeSet, OpenOutcome, RocksStore, StateStore, TaskMetadata};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -50,6 +51,7 @@ use streamkeeper_contract::restore_request::{
     RESTORE_REQUEST_ENV, RestoreReplaySource, RestoreRequestDocument,
 };
 use streamkeeper_contract::task_report::{RestorePhase, RestoreSource};
+use streamkeeper_contract::worker_config::ProcessorConfig;
 use streamkeeper_contract::{FormatError, Versioned};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -105,8 +107,7 @@ pub(super) fn restore_task(
         RestoreReplaySource::Changelog => {
             let mode = Mode::Requested(choice);
             restore_from_changelog(context, task, store, OpenOutcome::Empty, &consumer, mode)?;
-            let joins = context.config.processor.right_topic().is_some();
-            let (changes, positions) = applied(request, joins);
+            let (changes, positions) = applied(request, &context.config.processor, store)?;
             if request.adopt_input {
                 tracing::warn!(task, id = %request.id, topic = %context.config.kafka.input_topic, "the restore request adopts the input: the state forgets the topic it was built from, and the task reads this one from its first record");
             }
@@ -143,20 +144,48 @@ fn report_applied(context: &WorkerContext, task: u32, store: &RocksStore) -> Res
 
 /// The changes that mark `request` applied, and the input positions they set. A request that
 /// adopts the input also forgets which input the state was built from and its position there
-/// (both inputs of a join, `joins`): position 0 (nothing consumed) resumes the current topic at
-/// its first record, and the task's input check then records the current topic as the state's.
-fn applied(request: &RestoreRequestDocument, joins: bool) -> (ChangeSet, Positions) {
+/// (every topic of a join, `processor`): position 0 (nothing consumed) resumes the current
+/// topic at its first record, and the task's input check then records the current topic as the
+/// state's. A re-keyed side's partitions' positions are deleted: each resumes at its start.
+fn applied(
+    request: &RestoreRequestDocument,
+    processor: &ProcessorConfig,
+    store: &RocksStore,
+) -> Result<(ChangeSet, Positions), TaskError> {
     let mut changes = marker(&request.id);
     if !request.adopt_input {
-        return (changes, Positions::default());
+        return Ok((changes, Positions::default()));
     }
     changes.delete(keys::INPUT);
-    let mut positions = Positions::left(0);
-    if joins {
+    let mut positions = Positions::of(Source::Joined(Side::Left), 0);
+    if processor.right_topic().is_some() {
         changes.delete(keys::RIGHT_INPUT);
-        positions.right = Some(0);
+        positions.set(Source::Joined(Side::Right), 0);
     }
-    (changes, positions)
+    for side in [Side::Left, Side::Right] {
+        let re_keyed = match side {
+            Side::Left => processor.left_repartition_topic(),
+            Side::Right => processor.right_repartition_topic(),
+        };
+        if re_keyed.is_none() {
+            continue;
+        }
+        changes.delete(sources::identity_key(Source::Rekeyed(side, 0)));
+        let prefix = sources::rekeyed_positions_prefix(side);
+        for (key, _) in store.scan(prefix, &prefix_end(prefix))? {
+            changes.delete(&key);
+        }
+    }
+    Ok((changes, positions))
+}
+
+/// The first key after every key starting with `prefix` (whose last byte is below 0xff).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    end
 }
 
 fn marker(id: &str) -> ChangeSet {
