@@ -490,3 +490,49 @@ async fn a_re_keyed_join_gets_a_repartition_topic_of_the_right_topics_count_dele
     assert!(describe_topic(&repartition).await.is_none());
     delete_namespace(&s.client, &s.namespace).await;
 }
+
+#[tokio::test]
+async fn a_global_table_join_needs_no_co_partitioning_and_keeps_the_inputs_task_count() {
+    // The input has 3 partitions, the table 2: every task reads the whole table.
+    let s = setup("op-global", &[]).await;
+    let ctx = context(&s.client);
+    let currencies = support::unique_name("op-global-currencies");
+    create_topic(&currencies, 2, &[("cleanup.policy", "compact")]).await;
+    let name = "convert";
+    let mut spec = job(name, &s.input, &s.prefix);
+    spec.spec.processor = serde_json::from_value(serde_json::json!({
+        "type": "join",
+        "keyField": "currency",
+        "timeField": "ts",
+        "join": {
+            "kind": "globalTable",
+            "right": {"topic": currencies},
+            "history": "1h",
+        },
+    }))
+    .unwrap();
+    s.jobs.create(&PostParams::default(), &spec).await.unwrap();
+    reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+
+    let status = s.jobs.get(name).await.unwrap().status.unwrap();
+    assert!(
+        !status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Invalid" && c.status == "True"),
+        "3 input partitions against a 2-partition global table is no refusal: {:?}",
+        status.conditions
+    );
+    let changelog = format!("{}.{name}.changelog", s.namespace);
+    let (partitions, _) = describe_topic(&changelog).await.unwrap();
+    assert_eq!(partitions, 3, "one task per input partition");
+    assert!(
+        !status
+            .created_topics
+            .keys()
+            .any(|t| t.contains("repartition")),
+        "{:?}",
+        status.created_topics
+    );
+    delete_namespace(&s.client, &s.namespace).await;
+}

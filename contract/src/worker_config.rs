@@ -199,6 +199,15 @@ pub enum ProcessorKind {
 pub enum JoinKind {
     Stream,
     Table,
+    /// A table every task reads whole, from all of its partitions: no co-partitioning needed.
+    GlobalTable,
+}
+
+impl JoinKind {
+    /// Whether the right side is a table (read partition for partition, or whole).
+    pub fn is_table(self) -> bool {
+        matches!(self, JoinKind::Table | JoinKind::GlobalTable)
+    }
 }
 
 /// Which unmatched records a join emits: none (`inner`), the left side's (`left`), or both
@@ -299,6 +308,18 @@ impl ProcessorConfig {
             ProcessorKind::Join { left, .. } => left.repartition_topic.as_deref(),
             _ => None,
         }
+    }
+
+    /// Whether every task reads a join's right topic whole (`globalTable`): its keys then need
+    /// no placement, and the right topic may have any partition count.
+    pub fn right_read_whole(&self) -> bool {
+        matches!(
+            self.kind,
+            ProcessorKind::Join {
+                join: JoinKind::GlobalTable,
+                ..
+            }
+        )
     }
 
     /// The right side's counterpart of [`Self::left_repartition_topic`].

@@ -11,12 +11,14 @@ use serde::{Deserialize, Serialize};
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("self.kind == 'stream' ? has(self.window) : !has(self.window)").message("join.window is required by a stream join, and only allowed there").field_path(".window"))]
-#[x_kube(validation = kube::core::Rule::new("self.kind == 'table' ? has(self.history) : !has(self.history)").message("join.history is required by a table join, and only allowed there").field_path(".history"))]
+#[x_kube(validation = kube::core::Rule::new("self.kind != 'stream' ? has(self.history) : !has(self.history)").message("join.history is required by a table join, and only allowed there").field_path(".history"))]
 #[x_kube(validation = kube::core::Rule::new("self.kind == 'stream' || self.mode != 'outer'").message("join.mode outer is a stream join's; a table join is inner or left").field_path(".mode"))]
 pub struct JoinSpec {
     /// `stream`: records of both topics meet within a window of event time. `table`: the right
     /// topic is a table's changelog (latest value per Kafka key; a tombstone deletes), and a
-    /// left record joins the value its key had at the left record's event time.
+    /// left record joins the value its key had at the left record's event time. `globalTable`:
+    /// a table join in which every task reads the whole right topic, from all of its
+    /// partitions (a small dimension table: no co-partitioning needed, each task holds it all).
     pub kind: JoinKindSpec,
 
     /// `inner` emits matches only; `left` also a left record that found no match (a stream
@@ -57,6 +59,7 @@ pub struct JoinSpec {
 pub enum JoinKindSpec {
     Stream,
     Table,
+    GlobalTable,
 }
 
 /// Which unmatched records a join emits.

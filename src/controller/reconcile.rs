@@ -289,7 +289,8 @@ async fn run_pipeline(
 /// are placed by its changelog's count: a topic that changed since stops the join's tasks,
 /// which the job shows as `PartitionsChanged` (the workers find it too); it is not a refusal of
 /// the spec. A re-keyed side's topic places nothing (the job writes each record where its key
-/// belongs), so it is compared with nothing; its repartition topic the workers check.
+/// belongs), so it is compared with nothing; its repartition topic the workers check. Nor does
+/// a table every task reads whole (`globalTable`).
 fn join_partitions(
     job: &StatefulStreamJob,
     validated: &ValidatedJob,
@@ -301,12 +302,14 @@ fn join_partitions(
     let left = (validated.kafka.input_topic.as_str(), kafka.input_partitions);
     let right = (right_topic.as_str(), *right_partitions);
     let processor = &validated.processor;
+    let right_places_keys =
+        processor.right_repartition_topic().is_none() && !processor.right_read_whole();
     let placed: Vec<_> = [
-        (left, processor.left_repartition_topic()),
-        (right, processor.right_repartition_topic()),
+        (left, processor.left_repartition_topic().is_none()),
+        (right, right_places_keys),
     ]
     .into_iter()
-    .filter(|(_, repartition)| repartition.is_none())
+    .filter(|(_, places_keys)| *places_keys)
     .map(|(topic, _)| topic)
     .collect();
     let started = job

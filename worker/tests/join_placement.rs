@@ -11,10 +11,10 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use serde_json::json;
 use std::time::Duration;
+use streamkeeper_contract::TaskReport;
 use streamkeeper_contract::co_partitioning::Partitioner;
-use streamkeeper_contract::task_report::{TaskFailure, TaskPhase, TaskReportsDocument};
+use streamkeeper_contract::task_report::{TaskFailure, TaskPhase};
 use streamkeeper_contract::worker_config::{JoinKind, JoinMode, JoinRight, ProcessorConfig};
-use streamkeeper_contract::{TaskReport, Versioned};
 use support::join::*;
 use support::*;
 
@@ -56,15 +56,6 @@ fn records(keys: &[String], time: i64) -> Vec<Produced> {
             time,
         })
         .collect()
-}
-
-/// The worker's task reports, as `GET /v1/tasks` answers (empty while it does not answer).
-fn task_reports(address: &str) -> Vec<TaskReport> {
-    http_get(address, "/v1/tasks")
-        .filter(|(status, _)| *status == 200)
-        .and_then(|(_, body)| TaskReportsDocument::from_json(body.as_bytes()).ok())
-        .map(|document| document.tasks)
-        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -11,9 +11,7 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use streamkeeper_contract::co_partitioning::Partitioner;
-use streamkeeper_contract::worker_config::{
-    JoinKind, JoinLeft, JoinMode, JoinRight, ProcessorConfig, ProcessorKind,
-};
+use streamkeeper_contract::worker_config::{JoinKind, JoinMode};
 use support::join::*;
 use support::topics::{Record, read_committed, watermarks};
 use support::*;
@@ -21,22 +19,6 @@ use support::*;
 const CARDS: u32 = 150;
 /// Longer than any of the test's times: nothing is late.
 const HISTORY_MS: i64 = 24 * 3_600_000;
-
-/// Two versions of every card, in time order.
-fn table(base: i64) -> Vec<Produced> {
-    let mut table = Vec::new();
-    for round in 0..2i64 {
-        for i in 0..CARDS {
-            let time = base + round * 100_000 + i64::from(i);
-            table.push(Produced {
-                key: card(i),
-                value: Some(json!({"card": card(i), "limit": 100 * (round + 1), "ts": time})),
-                time,
-            });
-        }
-    }
-    table
-}
 
 /// Transactions over every card (and a few without one), as the join sees them: keyed by card.
 fn transactions(base: i64, count: u32) -> Vec<Produced> {
@@ -66,31 +48,6 @@ fn produce_keyed_by_id(topic: &str, partitions: i32, stream: &[Produced]) {
     produce_raw_placed_by(topic, partitions, Partitioner::Murmur2, records);
 }
 
-/// A left table join of `transactions` with `cards`, the left side re-keyed through
-/// `repartition`.
-fn re_keyed_join(cards: &str, repartition: &str) -> ProcessorConfig {
-    ProcessorConfig {
-        key_field: "card".into(),
-        time_field: Some("ts".into()),
-        kind: ProcessorKind::Join {
-            join: JoinKind::Table,
-            mode: JoinMode::Left,
-            left: JoinLeft {
-                repartition_topic: Some(repartition.into()),
-            },
-            right: JoinRight {
-                topic: cards.into(),
-                repartition_topic: None,
-                key_field: None,
-                time_field: Some("ts".into()),
-            },
-            window: None,
-            history: Some(Duration::from_millis(HISTORY_MS as u64)),
-            partitioner: Partitioner::Murmur2,
-        },
-    }
-}
-
 /// A job re-keying `transactions` into a repartition topic of its own, as the operator would
 /// create it (the task count's partitions, records kept until purged).
 async fn job(name: &str, transactions: &str, cards: &str) -> Job {
@@ -100,7 +57,7 @@ async fn job(name: &str, transactions: &str, cards: &str) -> Job {
         name,
         transactions,
         PARTITIONS,
-        re_keyed_join(cards, &repartition),
+        card_table_join(JoinKind::Table, cards, Some(repartition)),
     )
     .await
 }
@@ -111,28 +68,6 @@ fn repartition_topic(job: &Job) -> String {
         .left_repartition_topic()
         .unwrap()
         .to_string()
-}
-
-/// Waits until the job's committed output holds `count` joined records: the repartition
-/// topic, written in transactions, ends with a commit marker no consumer position stops at, so
-/// its offsets do not tell.
-fn wait_joined(job: &Job, worker: &mut Worker, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        let joined = joined_output(job).len();
-        if joined >= count {
-            return;
-        }
-        if let Some(status) = worker.child.try_wait().unwrap() {
-            panic!("worker exited with {status}; log:\n{}", worker.log_tail());
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{joined} of {count} joined; log:\n{}",
-            worker.log_tail()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -152,7 +87,7 @@ async fn a_re_keyed_join_killed_at_many_points_some_with_the_volume_wiped_ends_e
             "100000".into(),
         ));
     }
-    let (table, stream) = (table(base), transactions(base, 12_000));
+    let (table, stream) = (card_versions(base, CARDS, 0..2), transactions(base, 12_000));
 
     produce_placed(&cards, &table);
     let mut uninterrupted = reference.start(None);
@@ -266,7 +201,7 @@ async fn more_source_partitions_than_tasks_are_dealt_out_bad_records_dead_letter
     let mut job = job("dealt", &transactions_topic, &cards).await;
     job.env
         .push(("STREAMKEEPER_REPARTITION_PURGE_SECONDS".into(), "1".into()));
-    let (table, stream) = (table(base), transactions(base, 3_000));
+    let (table, stream) = (card_versions(base, CARDS, 0..2), transactions(base, 3_000));
     produce_placed(&cards, &table);
     let mut worker = job.start(None);
     wait_consumed(&job, &mut worker, &[&cards]);

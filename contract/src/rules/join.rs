@@ -34,7 +34,7 @@ pub(super) fn join(kind: &ProcessorKind) -> Result<(), Violation> {
     if blank(&right.time_field) {
         return Err(violation(Field::JoinRightTimeField, "must not be empty"));
     }
-    if *join == JoinKind::Table && right.repartition_topic.is_some() {
+    if join.is_table() && right.repartition_topic.is_some() {
         return Err(violation(
             Field::JoinRightRepartition,
             "is not allowed in a table join: a table is keyed by its records' Kafka key, and re-keying it by a field would make it another table",
@@ -47,7 +47,9 @@ pub(super) fn join(kind: &ProcessorKind) -> Result<(), Violation> {
             window,
             history,
         ),
-        JoinKind::Table => table(*mode, right.key_field.is_some(), window.is_some(), *history),
+        JoinKind::Table | JoinKind::GlobalTable => {
+            table(*mode, right.key_field.is_some(), window.is_some(), *history)
+        }
     }
 }
 

@@ -402,9 +402,13 @@ pub fn tasks(observation: &mut Observation, evidence: TaskEvidence<'_>) -> Durat
 }
 
 /// The two topics a join's tasks join (a re-keyed side's: its repartition topic), and its
-/// partitioner; `None` for a processor with one input.
+/// partitioner; `None` for a processor with one input, and for a join whose table every task
+/// reads whole: its keys need no placement.
 fn join_topics(validated: &ValidatedJob) -> Option<co_partitioned::JoinTopics<'_>> {
     let processor = &validated.processor;
+    if processor.right_read_whole() {
+        return None;
+    }
     Some(co_partitioned::JoinTopics {
         left: processor
             .left_repartition_topic()

@@ -34,6 +34,7 @@ pub(super) fn join_kind(
         join: match spec.kind {
             JoinKindSpec::Stream => JoinKind::Stream,
             JoinKindSpec::Table => JoinKind::Table,
+            JoinKindSpec::GlobalTable => JoinKind::GlobalTable,
         },
         mode: match spec.mode {
             JoinModeSpec::Inner => JoinMode::Inner,

@@ -568,3 +568,29 @@ fn a_table_cannot_be_re_keyed_and_a_stream_side_can() {
     );
     assert_eq!(stream.processor.left_repartition_topic(), None);
 }
+
+#[test]
+fn a_global_table_is_a_table_join_read_whole() {
+    fn join(spec: &'static str) -> impl FnOnce(&mut StatefulStreamJob) {
+        move |job: &mut StatefulStreamJob| {
+            job.spec.processor = serde_yaml_ng::from_str(&format!(
+                "type: join\nkeyField: currency\ntimeField: ts\njoin:\n  {spec}\n"
+            ))
+            .unwrap();
+        }
+    }
+    let global = test_support::validated_with(join(
+        "kind: globalTable\n  history: 1h\n  right: {topic: currencies}",
+    ));
+    assert!(global.processor.right_read_whole());
+    assert_refused(
+        join("kind: globalTable\n  right: {topic: currencies}"),
+        "spec.processor.join.history",
+        &["table join"],
+    );
+    assert_refused(
+        join("kind: globalTable\n  history: 1h\n  mode: outer\n  right: {topic: currencies}"),
+        "spec.processor.join.mode",
+        &["outer"],
+    );
+}

@@ -307,7 +307,9 @@ impl From<&streamkeeper_contract::worker_config::ProcessorConfig> for ProcessorC
                 ProcessorKind::Join {
                     join: match join {
                         Kind::Stream => JoinKind::Stream,
-                        Kind::Table => JoinKind::Table,
+                        // The same join: only where the table's records come from differs
+                        // (every partition, read by every task: `task::active::sources`).
+                        Kind::Table | Kind::GlobalTable => JoinKind::Table,
                     },
                     mode: match mode {
                         Mode::Inner => JoinMode::Inner,

@@ -9,7 +9,9 @@ use rdkafka::producer::{BaseRecord, Producer};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use streamkeeper_contract::Versioned;
 use streamkeeper_contract::co_partitioning::Partitioner;
+use streamkeeper_contract::task_report::{TaskReport, TaskReportsDocument};
 use streamkeeper_contract::worker_config::{
     JoinKind, JoinLeft, JoinMode, JoinRight, JoinWindowConfig, ProcessorConfig, ProcessorKind,
 };
@@ -59,12 +61,25 @@ pub fn produce_raw_placed_by(
     partitioner: Partitioner,
     records: impl IntoIterator<Item = (String, Option<String>, i64)>,
 ) {
+    let place = |key: &str| {
+        let partition = partitioner.partition(key.as_bytes(), partitions as u32);
+        i32::try_from(partition).unwrap()
+    };
+    produce_raw_to(topic, place, records);
+}
+
+/// Produces `(key, payload, time)` records to `topic`, each in the partition `place` gives its
+/// key, with `time` as its Kafka timestamp.
+pub fn produce_raw_to(
+    topic: &str,
+    place: impl Fn(&str) -> i32,
+    records: impl IntoIterator<Item = (String, Option<String>, i64)>,
+) {
     let producer = producer();
     for (key, payload, time) in records {
-        let partition = partitioner.partition(key.as_bytes(), partitions as u32);
         let mut message = BaseRecord::<String, String>::to(topic)
             .key(&key)
-            .partition(i32::try_from(partition).unwrap())
+            .partition(place(&key))
             .timestamp(time);
         if let Some(payload) = &payload {
             message = message.payload(payload);
@@ -118,22 +133,83 @@ pub fn wait_consumed(job: &Job, worker: &mut Worker, topics: &[&str]) {
 
 /// [`wait_consumed`] of topics of other partition counts than [`PARTITIONS`].
 pub fn wait_consumed_of(job: &Job, worker: &mut Worker, topics: &[(&str, i32)]) {
-    let deadline = Instant::now() + Duration::from_secs(180);
     for (topic, partitions) in topics {
         let ends = end_offsets(topic, *partitions);
-        let committed = || committed_offsets(&job.config.job.group_id(), topic, *partitions);
-        while committed() != ends {
-            if let Some(status) = worker.child.try_wait().unwrap() {
-                panic!("worker exited with {status}; log:\n{}", worker.log_tail());
+        wait_while_running(worker, Duration::from_secs(180), || {
+            let committed = committed_offsets(&job.config.job.group_id(), topic, *partitions);
+            if committed == ends {
+                return Ok(());
             }
-            assert!(
-                Instant::now() < deadline,
-                "{topic} not consumed: committed {:?}, ends {ends:?}; log:\n{}",
-                committed(),
-                worker.log_tail()
-            );
-            std::thread::sleep(Duration::from_millis(200));
+            Err(format!(
+                "{topic} not consumed: committed {committed:?}, ends {ends:?}"
+            ))
+        });
+    }
+}
+
+/// Waits until `done` says so, for at most `limit`, failing with `done`'s last reason (and the
+/// worker's log) then, or as soon as the worker exits.
+pub fn wait_while_running(
+    worker: &mut Worker,
+    limit: Duration,
+    mut done: impl FnMut() -> Result<(), String>,
+) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let why = match done() {
+            Ok(()) => return,
+            Err(why) => why,
+        };
+        if let Some(status) = worker.child.try_wait().unwrap() {
+            panic!("worker exited with {status}; log:\n{}", worker.log_tail());
         }
+        assert!(
+            Instant::now() < deadline,
+            "{why}; log:\n{}",
+            worker.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Waits until the job's committed output holds `count` joined records.
+pub fn wait_joined(job: &Job, worker: &mut Worker, count: usize) {
+    wait_while_running(worker, Duration::from_secs(180), || {
+        let joined = joined_output(job).len();
+        if joined >= count {
+            return Ok(());
+        }
+        Err(format!("{joined} of {count} joined"))
+    });
+}
+
+/// A left table join of the transactions' `card` with the `cards` table (versions timed by
+/// `ts`, a day of history), of `kind` (`table` or `globalTable`), the transactions re-keyed
+/// through `left_repartition` when given.
+pub fn card_table_join(
+    kind: JoinKind,
+    cards: &str,
+    left_repartition: Option<String>,
+) -> ProcessorConfig {
+    ProcessorConfig {
+        key_field: "card".into(),
+        time_field: Some("ts".into()),
+        kind: ProcessorKind::Join {
+            join: kind,
+            mode: JoinMode::Left,
+            left: JoinLeft {
+                repartition_topic: left_repartition,
+            },
+            right: JoinRight {
+                topic: cards.into(),
+                repartition_topic: None,
+                key_field: None,
+                time_field: Some("ts".into()),
+            },
+            window: None,
+            history: Some(Duration::from_secs(24 * 3600)),
+            partitioner: Partitioner::Murmur2,
+        },
     }
 }
 
@@ -155,6 +231,25 @@ pub fn joined_output(job: &Job) -> Vec<Joined> {
 pub fn sorted(mut joined: Vec<Joined>) -> Vec<Joined> {
     joined.sort_by_key(|entry| format!("{entry:?}"));
     joined
+}
+
+/// A version of each of `cards` cards per round of `rounds`, in time order: key `card-<i>`,
+/// at `base + round * 100 s + i`, with `limit` 100 × (round + 1).
+pub fn card_versions(base: i64, cards: u32, rounds: std::ops::Range<i64>) -> Vec<Produced> {
+    let mut table = Vec::new();
+    for round in rounds {
+        for i in 0..cards {
+            let time = base + round * 100_000 + i64::from(i);
+            table.push(Produced {
+                key: card(i),
+                value: Some(
+                    serde_json::json!({"card": card(i), "limit": 100 * (round + 1), "ts": time}),
+                ),
+                time,
+            });
+        }
+    }
+    table
 }
 
 pub fn card(index: u32) -> String {
@@ -232,4 +327,13 @@ pub fn crash_sweep(job: &Job, points: &[&str], delays_ms: &[u64]) -> usize {
         worker.kill9();
     }
     crashes
+}
+
+/// The worker's task reports, as `GET /v1/tasks` answers (empty while it does not answer).
+pub fn task_reports(address: &str) -> Vec<TaskReport> {
+    http_get(address, "/v1/tasks")
+        .filter(|(status, _)| *status == 200)
+        .and_then(|(_, body)| TaskReportsDocument::from_json(body.as_bytes()).ok())
+        .map(|document| document.tasks)
+        .unwrap_or_default()
 }

@@ -13,6 +13,17 @@ use std::time::{Duration, Instant};
 /// most of each sample finding the group coordinator), and a sample is timed at the middle of
 /// its request.
 pub fn sample_commits(job: &Job, worker: &mut Worker, total: u64) -> Vec<(f64, u64)> {
+    sample_commits_in(job, worker, &job.config.kafka.input_topic, total)
+}
+
+/// [`sample_commits`] of the job's committed offsets in `topic` (a re-keyed join's repartition
+/// topic, say, whose offsets also count its transaction markers).
+pub fn sample_commits_in(
+    job: &Job,
+    worker: &mut Worker,
+    topic: &str,
+    total: u64,
+) -> Vec<(f64, u64)> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", kafka_bootstrap())
         .set("group.id", job.config.job.group_id())
@@ -22,7 +33,6 @@ pub fn sample_commits(job: &Job, worker: &mut Worker, total: u64) -> Vec<(f64, u
         .set("isolation.level", "read_uncommitted")
         .create()
         .unwrap();
-    let topic = &job.config.kafka.input_topic;
     let mut wanted = TopicPartitionList::new();
     for partition in 0..job.partitions {
         wanted.add_partition(topic, partition);

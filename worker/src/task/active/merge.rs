@@ -59,9 +59,9 @@ impl Merge {
                         Some(source @ Source::Rekeyed(..)) => {
                             return Ok(Some((source, message.detach())));
                         }
-                        Some(Source::Joined(Side::Right)) => &mut self.right,
+                        Some(source) if source.side() == Side::Right => &mut self.right,
                         // Only assigned partitions deliver records: this is the left side's.
-                        Some(Source::Joined(Side::Left)) | None => &mut self.left,
+                        _ => &mut self.left,
                     };
                     queue.push_back(message.detach());
                 }
@@ -78,9 +78,10 @@ impl Merge {
                 Side::Left => &mut self.left,
                 Side::Right => &mut self.right,
             };
-            queue
-                .pop_front()
-                .map(|message| (Source::Joined(side), message))
+            let message = queue.pop_front()?;
+            let source =
+                source_of(message.topic(), message.partition()).unwrap_or(Source::Joined(side));
+            Some((source, message))
         }))
     }
 }
@@ -102,9 +103,7 @@ impl Polled<'_> {
 
     /// The record as the pipeline reads it.
     pub(super) fn raw(&self) -> RawInput<'_> {
-        let side = match self.source() {
-            Source::Joined(side) | Source::Rekeyed(side, _) => side,
-        };
+        let side = self.source().side();
         match self {
             Polled::Input(message) => raw_input(side, message),
             Polled::Merged(_, message) => raw_input(side, message),

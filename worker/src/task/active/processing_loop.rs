@@ -51,8 +51,9 @@ pub struct ActiveLoop<'a> {
     pub(super) reads: Vec<Read>,
     /// A re-keyed join's partition count: its task count, which places the keys it writes.
     pub(super) rekey_partitions: u32,
-    /// Each re-keyed side's topic's partition count when the reads were planned.
-    pub(super) rekeyed_counts: std::collections::BTreeMap<Side, u32>,
+    /// The partition count of each side's own topic read besides partition `task` (re-keyed, or
+    /// read whole) when the reads were planned.
+    pub(super) source_counts: std::collections::BTreeMap<Side, u32>,
     pub(super) pipeline: Pipeline,
     /// Set when this run is a promotion: its steps and first commit are timed from it.
     promotion: std::cell::RefCell<Option<PromotionClock>>,
@@ -88,7 +89,7 @@ impl<'a> ActiveLoop<'a> {
             sides: sources::sides_of(config),
             reads: Vec::new(),
             rekey_partitions: 1,
-            rekeyed_counts: Default::default(),
+            source_counts: Default::default(),
             pipeline,
             promotion: std::cell::RefCell::new(context.promoted_at.map(PromotionClock::since)),
         })
@@ -127,7 +128,7 @@ impl<'a> ActiveLoop<'a> {
     pub(super) fn locate(&self, source: Source) -> (&str, i32) {
         match source {
             Source::Joined(side) => (self.topic_of(side), self.partition),
-            Source::Rekeyed(side, partition) => (
+            Source::Rekeyed(side, partition) | Source::Whole(side, partition) => (
                 self.side(side)
                     .map_or(&self.context.config.kafka.input_topic, |s| &s.topic),
                 partition,
@@ -237,9 +238,12 @@ impl<'a> ActiveLoop<'a> {
             let open = txn
                 .as_mut()
                 .ok_or_else(|| TaskError::Internal("no transaction".into()))?;
-            match message.source() {
-                Source::Joined(_) => self.process_one(store, open, &message.raw())?,
-                Source::Rekeyed(..) => self.rekey_one(open, message.source(), &message.raw())?,
+            let source = message.source();
+            match source {
+                Source::Joined(_) | Source::Whole(..) => {
+                    self.process_one(store, open, source, &message.raw())?
+                }
+                Source::Rekeyed(..) => self.rekey_one(open, source, &message.raw())?,
             }
             failpoint::hit("mid-transaction");
             if failpoint::reached("input-stops") {
@@ -268,6 +272,7 @@ impl<'a> ActiveLoop<'a> {
         &self,
         store: &RocksStore,
         txn: &mut Transaction,
+        source: Source,
         input: &RawInput<'_>,
     ) -> Result<(), TaskError> {
         let changes = std::mem::take(&mut txn.changes);
@@ -287,15 +292,14 @@ impl<'a> ActiveLoop<'a> {
         }
         txn.changes = overlay.into_changes();
         txn.records += 1;
-        txn.positions
-            .set(Source::Joined(input.side), input.offset + 1);
+        txn.positions.set(source, input.offset + 1);
         let label = TaskLabel { task: self.task };
         self.context
             .metrics
             .records_processed
             .get_or_create(&label)
             .inc();
-        let topic = self.topic_of(input.side);
+        let (topic, _) = self.locate(source);
         let letter = match result {
             Ok(Ok(output)) => return self.emit(txn, &output),
             Ok(Err(oversized)) => DeadLetter {
@@ -422,6 +426,11 @@ impl<'a> ActiveLoop<'a> {
     fn send_input_offsets(&self, positions: &Positions) -> Result<(), TaskError> {
         let mut offsets = TopicPartitionList::new();
         for (source, next) in positions.moved() {
+            // Every task reads a whole table's partitions: one group offset cannot stand for
+            // them all, so its positions are only in each task's state.
+            if matches!(source, Source::Whole(..)) {
+                continue;
+            }
             let (topic, partition) = self.locate(source);
             let mut offset = offsets.add_partition(topic, partition);
             offset

@@ -68,15 +68,20 @@ impl ActiveLoop<'_> {
     /// Decides which partitions this task reads (`sources::plan`). A join's keys are placed by
     /// its task count, which its topics must still have (see `watch`), and each record is
     /// checked against its key's placement; a re-keyed side's partitions are dealt out among
-    /// the tasks by that count.
+    /// the tasks by that count. A table read whole is read from all of its partitions, and then
+    /// no key needs a place.
     fn plan_reads(&mut self) -> Result<(), TaskError> {
         let mut tasks = 1;
         if self.joins() {
             let partitions = self.source_partitions()?;
             let rekeys = self.sides().iter().any(|side| side.repartition.is_some());
+            let whole = self.sides().iter().any(|side| side.whole);
             if let Some(partitions) = partitions {
                 tasks = partitions;
-                if let Some(partitioner) = self.context.config.processor.partitioner() {
+                // A join reading its table whole can answer any key in any task.
+                if let Some(partitioner) = self.context.config.processor.partitioner()
+                    && !whole
+                {
                     let (left, right) = (self.topic_of(Side::Left), self.topic_of(Side::Right));
                     let placement = Placement::new(partitioner, partitions, left, right);
                     self.pipeline.set_placement(placement);
@@ -88,14 +93,14 @@ impl ActiveLoop<'_> {
             }
         }
         let mut counts = BTreeMap::new();
-        for side in self
+        let own_partitions = self
             .sides()
             .iter()
-            .filter(|side| side.repartition.is_some())
-        {
+            .filter(|s| sources::reads_own_partitions(s));
+        for side in own_partitions {
             let count = self.partition_count(&side.topic).ok_or_else(|| {
                 TaskError::Internal(format!(
-                    "the broker did not tell {}'s partition count, to re-key it",
+                    "the broker did not tell {}'s partition count, to read them",
                     side.topic
                 ))
             })?;
@@ -103,7 +108,7 @@ impl ActiveLoop<'_> {
         }
         self.reads = sources::plan(self.task, tasks, self.sides(), &counts);
         self.rekey_partitions = tasks;
-        self.rekeyed_counts = counts;
+        self.source_counts = counts;
         Ok(())
     }
 
@@ -111,9 +116,14 @@ impl ActiveLoop<'_> {
     /// partition's end offset.
     fn resume_source(&self, store: &RocksStore, read: &Read) -> Result<(Resume, i64), TaskError> {
         let (topic, partition) = (read.topic.as_str(), read.partition);
-        let committed = self.committed_offset(topic, partition)?;
         let (log_start, log_end) = self.watermarks(topic, partition)?;
         let state_position = self.state_position(store, read.source)?;
+        // A whole table's positions have no copy in Kafka (see `send_input_offsets`): the
+        // state's own is all there is, and nothing disagrees with it.
+        let committed = match read.source {
+            Source::Whole(..) => Some(state_position).filter(|position| *position > 0),
+            _ => self.committed_offset(topic, partition)?,
+        };
         let facts = InputFacts {
             state_position,
             committed,

@@ -7,6 +7,8 @@
 //! topic (the partition the join's partitioner gives the key among `n`), in its transaction;
 //! and it joins partition `i` of the repartition topic, which thereby holds every record of
 //! its keys, from every task. This is Kafka Streams' repartition topic for a changed key.
+//! A side read **whole** (a global table) is read from every one of its partitions by every
+//! task: each task holds the whole table, so no key needs to be placed.
 //!
 //! Each source partition's position travels in the state under its own key, is committed as a
 //! group offset in the task's transaction, and is resumed by the same rule (`input_position`);
@@ -27,6 +29,18 @@ pub enum Source {
     /// Partition `p` of a re-keyed side's own topic, whose records go to its repartition
     /// topic.
     Rekeyed(Side, i32),
+    /// Partition `p` of a side every task reads whole (a global table): its records are
+    /// joined.
+    Whole(Side, i32),
+}
+
+impl Source {
+    /// The side whose records these are.
+    pub fn side(self) -> Side {
+        match self {
+            Source::Joined(side) | Source::Rekeyed(side, _) | Source::Whole(side, _) => side,
+        }
+    }
 }
 
 /// One topic partition the task reads.
@@ -45,6 +59,8 @@ pub struct SideTopics {
     pub topic: String,
     /// The repartition topic, when the side is re-keyed.
     pub repartition: Option<String>,
+    /// Every task reads every partition of the side's topic (a global table).
+    pub whole: bool,
 }
 
 impl SideTopics {
@@ -61,19 +77,22 @@ pub fn sides_of(config: &WorkerConfig) -> Vec<SideTopics> {
         side: Side::Left,
         topic: config.kafka.input_topic.clone(),
         repartition: processor.left_repartition_topic().map(str::to_string),
+        whole: false,
     }];
     if let Some(right) = processor.right_topic() {
         sides.push(SideTopics {
             side: Side::Right,
             topic: right.to_string(),
             repartition: processor.right_repartition_topic().map(str::to_string),
+            whole: processor.right_read_whole(),
         });
     }
     sides
 }
 
-/// The partitions task `task` of `tasks` reads (pure). `source_partitions` gives each re-keyed
-/// side's own topic's partition count; a side missing there re-keys nothing.
+/// The partitions task `task` of `tasks` reads (pure). `source_partitions` gives the partition
+/// count of each side's own topic that is re-keyed or read whole; a side missing there reads
+/// none of it.
 pub fn plan(
     task: u32,
     tasks: u32,
@@ -81,8 +100,20 @@ pub fn plan(
     source_partitions: &BTreeMap<Side, u32>,
 ) -> Vec<Read> {
     let partition = i32::try_from(task).unwrap_or(i32::MAX);
+    let count = |side: &SideTopics| source_partitions.get(&side.side).copied().unwrap_or(0);
     let mut reads = Vec::new();
     for side in sides {
+        if side.whole {
+            for p in 0..count(side) {
+                let p = i32::try_from(p).unwrap_or(i32::MAX);
+                reads.push(Read {
+                    source: Source::Whole(side.side, p),
+                    topic: side.topic.clone(),
+                    partition: p,
+                });
+            }
+            continue;
+        }
         reads.push(Read {
             source: Source::Joined(side.side),
             topic: side.joined().to_string(),
@@ -90,8 +121,7 @@ pub fn plan(
         });
     }
     for side in sides.iter().filter(|side| side.repartition.is_some()) {
-        let count = source_partitions.get(&side.side).copied().unwrap_or(0);
-        for p in (0..count).filter(|p| p % tasks.max(1) == task) {
+        for p in (0..count(side)).filter(|p| p % tasks.max(1) == task) {
             let p = i32::try_from(p).unwrap_or(i32::MAX);
             reads.push(Read {
                 source: Source::Rekeyed(side.side, p),
@@ -103,10 +133,16 @@ pub fn plan(
     reads
 }
 
-/// Whether task `task` of `tasks` is dealt any of the partitions a re-keyed topic got when its
-/// count went from `planned` to `now` (pure).
-pub fn dealt_new_partitions(task: u32, tasks: u32, planned: u32, now: u32) -> bool {
-    (planned..now).any(|p| p % tasks.max(1) == task)
+/// Whether the side reads partitions of its own topic besides (or instead of) partition `task`:
+/// it is re-keyed, or read whole. Its partition count is then read, and watched.
+pub fn reads_own_partitions(side: &SideTopics) -> bool {
+    side.repartition.is_some() || side.whole
+}
+
+/// Whether task `task` of `tasks` is dealt any of the partitions a re-keyed topic (or, `whole`,
+/// a topic every task reads whole) got when its count went from `planned` to `now` (pure).
+pub fn dealt_new_partitions(task: u32, tasks: u32, planned: u32, now: u32, whole: bool) -> bool {
+    (planned..now).any(|p| whole || p % tasks.max(1) == task)
 }
 
 /// Where each source resumes after a transaction: only the sources it consumed from.
@@ -142,16 +178,17 @@ pub fn position_key(source: Source) -> Cow<'static, [u8]> {
     match source {
         Source::Joined(Side::Left) => Cow::Borrowed(keys::INPUT_POSITION),
         Source::Joined(Side::Right) => Cow::Borrowed(keys::RIGHT_INPUT_POSITION),
-        Source::Rekeyed(side, partition) => {
-            let mut key = rekeyed_positions_prefix(side).to_vec();
+        Source::Rekeyed(side, partition) | Source::Whole(side, partition) => {
+            let mut key = source_positions_prefix(side).to_vec();
             key.extend_from_slice(partition.to_string().as_bytes());
             Cow::Owned(key)
         }
     }
 }
 
-/// The prefix of the keys holding a re-keyed side's partitions' positions.
-pub fn rekeyed_positions_prefix(side: Side) -> &'static [u8] {
+/// The prefix of the keys holding the positions of a side's own topic's partitions, when it is
+/// re-keyed or read whole (never both: a table is not re-keyed).
+pub fn source_positions_prefix(side: Side) -> &'static [u8] {
     match side {
         Side::Left => keys::LEFT_SOURCE_POSITION,
         Side::Right => keys::RIGHT_SOURCE_POSITION,
@@ -161,8 +198,8 @@ pub fn rekeyed_positions_prefix(side: Side) -> &'static [u8] {
 /// The state key holding the identity of the topic `source` is read from.
 pub fn identity_key(source: Source) -> &'static [u8] {
     match source {
-        Source::Joined(Side::Left) => keys::INPUT,
-        Source::Joined(Side::Right) => keys::RIGHT_INPUT,
+        Source::Joined(Side::Left) | Source::Whole(Side::Left, _) => keys::INPUT,
+        Source::Joined(Side::Right) | Source::Whole(Side::Right, _) => keys::RIGHT_INPUT,
         Source::Rekeyed(Side::Left, _) => keys::LEFT_SOURCE,
         Source::Rekeyed(Side::Right, _) => keys::RIGHT_SOURCE,
     }
@@ -177,6 +214,7 @@ mod tests {
             side,
             topic: topic.into(),
             repartition: repartition.map(str::to_string),
+            whole: false,
         }
     }
 
@@ -221,7 +259,7 @@ mod tests {
             let Source::Rekeyed(side, _) = source else {
                 unreachable!()
             };
-            assert!(position_key(*source).starts_with(rekeyed_positions_prefix(*side)));
+            assert!(position_key(*source).starts_with(source_positions_prefix(*side)));
         }
         let identities: std::collections::BTreeSet<_> = [
             Source::Joined(Side::Left),
@@ -285,12 +323,53 @@ mod tests {
         re_keyed.sort();
         assert_eq!(re_keyed, (0..7).collect::<Vec<_>>(), "each partition once");
         // Partitions added later go to the tasks the same rule deals them to.
-        assert!(dealt_new_partitions(1, 3, 7, 8));
-        assert!(!dealt_new_partitions(0, 3, 7, 8));
-        assert!(!dealt_new_partitions(2, 3, 7, 7));
-        assert!(dealt_new_partitions(2, 3, 7, 9));
+        assert!(dealt_new_partitions(1, 3, 7, 8, false));
+        assert!(!dealt_new_partitions(0, 3, 7, 8, false));
+        assert!(!dealt_new_partitions(2, 3, 7, 7, false));
+        assert!(dealt_new_partitions(2, 3, 7, 9, false));
+        // A topic read whole: every task reads every new partition.
+        assert!(dealt_new_partitions(0, 3, 7, 8, true));
+        assert!(!dealt_new_partitions(0, 3, 7, 7, true));
         // Fewer source partitions than tasks: some tasks re-key nothing.
         let counts = BTreeMap::from([(Side::Left, 2)]);
         assert_eq!(plan(2, 3, &sides, &counts).len(), 2);
+    }
+
+    #[test]
+    fn a_side_read_whole_is_read_from_every_partition_by_every_task() {
+        let sides = [
+            side(Side::Left, "transactions", None),
+            SideTopics {
+                whole: true,
+                ..side(Side::Right, "currencies", None)
+            },
+        ];
+        let counts = BTreeMap::from([(Side::Right, 3)]);
+        for task in 0..5 {
+            let reads = plan(task, 5, &sides, &counts);
+            assert_eq!(reads[0].source, Source::Joined(Side::Left));
+            assert_eq!(reads[0].partition, task as i32);
+            let whole: Vec<_> = reads[1..]
+                .iter()
+                .map(|r| (r.source, r.topic.as_str()))
+                .collect();
+            assert_eq!(
+                whole,
+                (0..3)
+                    .map(|p| (Source::Whole(Side::Right, p), "currencies"))
+                    .collect::<Vec<_>>()
+            );
+        }
+        assert!(reads_own_partitions(&sides[1]));
+        assert!(!reads_own_partitions(&sides[0]));
+        // Each partition's position has its own key; the topic's identity is the right input's.
+        assert_ne!(
+            position_key(Source::Whole(Side::Right, 0)),
+            position_key(Source::Whole(Side::Right, 1))
+        );
+        assert_eq!(
+            identity_key(Source::Whole(Side::Right, 2)),
+            keys::RIGHT_INPUT
+        );
     }
 }

@@ -28,7 +28,7 @@ impl ActiveLoop<'_> {
     ) -> Result<(), TaskError> {
         if self.joins() && checks.partitions_due() {
             self.source_partitions()?;
-            self.check_rekeyed_counts()?;
+            self.check_source_counts()?;
         }
         if checks.lag_due() {
             self.check_lag(store, txn, watch)?;
@@ -87,7 +87,9 @@ impl ActiveLoop<'_> {
         let which = match read.source {
             Source::Joined(Side::Left) => "input".to_string(),
             Source::Joined(Side::Right) => "right input".to_string(),
-            Source::Rekeyed(_, partition) => format!("{} partition {partition}", read.topic),
+            Source::Rekeyed(_, partition) | Source::Whole(_, partition) => {
+                format!("{} partition {partition}", read.topic)
+            }
         };
         consumer_watch::report(self.context, self.task, &which, &stall);
         TaskError::ConsumerStalled(format!("{which}: {stall}"))
@@ -116,7 +118,8 @@ impl ActiveLoop<'_> {
             return Ok(None);
         };
         let mut counts = Vec::new();
-        for side in self.sides() {
+        // A topic read whole places nothing: every task reads every partition.
+        for side in self.sides().iter().filter(|side| !side.whole) {
             let topic = side.joined();
             let Some(count) = self.partition_count(topic) else {
                 return Ok(None);
@@ -134,8 +137,8 @@ impl ActiveLoop<'_> {
     /// reads: the error restarts the role, which then reads them too (from their start:
     /// nothing of them was consumed). The other tasks go on as they are. Unlike a joined topic's, a re-keyed topic's count
     /// places nothing: the task writes each record where its join key belongs.
-    fn check_rekeyed_counts(&self) -> Result<(), TaskError> {
-        for (side, planned) in &self.rekeyed_counts {
+    fn check_source_counts(&self) -> Result<(), TaskError> {
+        for (side, planned) in &self.source_counts {
             let Some(topics) = self.side(*side) else {
                 continue;
             };
@@ -146,10 +149,11 @@ impl ActiveLoop<'_> {
                         self.rekey_partitions,
                         *planned,
                         now,
+                        topics.whole,
                     ) =>
                 {
                     return Err(TaskError::SourcesChanged(format!(
-                        "task {}: {} has {now} partitions, {planned} when the task started re-keying it",
+                        "task {}: {} has {now} partitions, {planned} when the task started reading it",
                         self.task, topics.topic
                     )));
                 }

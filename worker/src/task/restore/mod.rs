@@ -146,7 +146,8 @@ fn report_applied(context: &WorkerContext, task: u32, store: &RocksStore) -> Res
 /// adopts the input also forgets which input the state was built from and its position there
 /// (every topic of a join, `processor`): position 0 (nothing consumed) resumes the current
 /// topic at its first record, and the task's input check then records the current topic as the
-/// state's. A re-keyed side's partitions' positions are deleted: each resumes at its start.
+/// state's. The positions of a re-keyed or whole-read topic's partitions are deleted: each
+/// resumes at its start.
 fn applied(
     request: &RestoreRequestDocument,
     processor: &ProcessorConfig,
@@ -163,15 +164,17 @@ fn applied(
         positions.set(Source::Joined(Side::Right), 0);
     }
     for side in [Side::Left, Side::Right] {
-        let re_keyed = match side {
-            Side::Left => processor.left_repartition_topic(),
-            Side::Right => processor.right_repartition_topic(),
+        let own_partitions = match side {
+            Side::Left => processor.left_repartition_topic().is_some(),
+            Side::Right => {
+                processor.right_repartition_topic().is_some() || processor.right_read_whole()
+            }
         };
-        if re_keyed.is_none() {
+        if !own_partitions {
             continue;
         }
         changes.delete(sources::identity_key(Source::Rekeyed(side, 0)));
-        let prefix = sources::rekeyed_positions_prefix(side);
+        let prefix = sources::source_positions_prefix(side);
         for (key, _) in store.scan(prefix, &prefix_end(prefix))? {
             changes.delete(&key);
         }
