@@ -161,3 +161,107 @@ async fn every_task_reads_the_whole_table_through_crashes_and_new_partitions() {
         assert_eq!(versioned.len(), CARDS as usize, "task {task}");
     }
 }
+
+/// The sum over tasks of the worker's `streamkeeper_consumer_stalls_total`.
+fn consumer_stalls(address: &str) -> u64 {
+    let metrics = http_get(address, "/metrics")
+        .map(|(_, body)| body)
+        .unwrap_or_default();
+    metrics
+        .lines()
+        .filter(|line| line.starts_with("streamkeeper_consumer_stalls_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_partition_that_stops_delivering_while_the_stream_flows_is_found_stalled() {
+    let base = base_time();
+    let cards = unique_name("cards");
+    create_topic(&cards, TABLE_PARTITIONS, false).await;
+    let transactions_topic = topic("transactions").await;
+    let mut job = Job::new(
+        "stalled",
+        &transactions_topic,
+        PARTITIONS,
+        card_table_join(JoinKind::GlobalTable, &cards, None),
+    )
+    .await;
+    job.env
+        .push(("STREAMKEEPER_CONSUMER_STALL_SECONDS".into(), "4".into()));
+    produce_table(&cards, TABLE_PARTITIONS, &card_versions(base, CARDS, 0..1));
+
+    // Transactions flow the whole time, so the consumer always has records of some partition;
+    // one task's table partitions stop delivering after 20 records (the failpoint pauses
+    // their fetch as a stalled consumer does), and the table's next versions come after.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flowing = {
+        let (stop, topic) = (std::sync::Arc::clone(&stop), transactions_topic.clone());
+        std::thread::spawn(move || {
+            let mut next = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                produce_by_id(&topic, &transactions(base + 250_000, next..next + 50));
+                next += 50;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let address = format!("127.0.0.1:{}", free_port());
+    let mut worker = job.spawn_with(
+        &job.config.state.dir,
+        Some("right-input-stops:20"),
+        Some(&address),
+    );
+    let log = worker.log_path.clone();
+    wait_while_running(&mut worker, Duration::from_secs(60), || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        match text.contains("failpoint: the input consumer stops fetching") {
+            true => Ok(()),
+            false => Err("the failpoint has not stopped a table partition yet".into()),
+        }
+    });
+    produce_table(&cards, TABLE_PARTITIONS, &card_versions(base, CARDS, 1..2));
+    wait_while_running(
+        &mut worker,
+        Duration::from_secs(60),
+        || match consumer_stalls(&address) {
+            0 => Err("no consumer stall found while a table partition delivers nothing".into()),
+            _ => Ok(()),
+        },
+    );
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    flowing.join().unwrap();
+    // The stalled task restarted its reading with a new consumer and read its whole table.
+    wait_all_read(&address, &mut worker, None);
+    // Later transactions (ids from 100,000 on, after every flowing one) meet the whole table.
+    let later = transactions(base + 450_000, 100_000..100_400);
+    produce_by_id(&transactions_topic, &later);
+    let later_met = |job: &Job| -> Vec<Joined> {
+        joined_output(job)
+            .into_iter()
+            .filter(|(_, left, _)| {
+                let id = left["id"].as_str().unwrap();
+                id.trim_start_matches("txn-").parse::<u32>().unwrap() >= 100_000
+            })
+            .collect()
+    };
+    wait_while_running(&mut worker, Duration::from_secs(120), || {
+        let met = later_met(&job).len();
+        match met == later.len() {
+            true => Ok(()),
+            false => Err(format!(
+                "{met} of {} later transactions joined",
+                later.len()
+            )),
+        }
+    });
+    worker.terminate(Duration::from_secs(30));
+    for (key, _, right) in &later_met(&job) {
+        let index: u32 = key.trim_start_matches("card-").parse().unwrap();
+        if index < CARDS {
+            assert_eq!(right["limit"], 200, "{key} met its card's newest version");
+        } else {
+            assert!(right.is_null(), "{key} has no card");
+        }
+    }
+}

@@ -99,6 +99,45 @@ impl ConsumerWatch {
     }
 }
 
+/// The watches over the partitions of one consumer that reads several (an active task's input,
+/// a join's topics, a re-keyed or global table's partitions): a record of any partition would
+/// hide a stall of another, so each partition has its own [`ConsumerWatch`], fed at each look
+/// with whether the consumer's position there moved since the last look (for one partition,
+/// the same as whether a poll returned a record of it).
+#[derive(Debug)]
+pub(crate) struct PartitionWatches<K: Ord> {
+    stall_after: Duration,
+    /// Each partition's watch and the position seen at the last look.
+    watches: std::collections::BTreeMap<K, (ConsumerWatch, Option<i64>)>,
+}
+
+impl<K: Ord> PartitionWatches<K> {
+    pub fn new(stall_after: Duration) -> Self {
+        Self {
+            stall_after,
+            watches: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// Judges `partition` at `position`, the broker holding records up to `stable_end`.
+    pub fn judge(
+        &mut self,
+        partition: K,
+        position: i64,
+        stable_end: Option<i64>,
+        now: Instant,
+    ) -> Option<ConsumerStall> {
+        let stall_after = self.stall_after;
+        let (watch, last) = self
+            .watches
+            .entry(partition)
+            .or_insert_with(|| (ConsumerWatch::new(stall_after), None));
+        watch.polled(*last != Some(position), now);
+        *last = Some(position);
+        watch.judge(position, stable_end, now)
+    }
+}
+
 /// The consumer's own position in `topic`/`partition`: past the last record or transaction
 /// marker it returned; `None` before it returned anything.
 pub(crate) fn position_of(consumer: &BaseConsumer, topic: &str, partition: i32) -> Option<i64> {
@@ -189,6 +228,27 @@ mod tests {
         let later = back + AFTER;
         watch.polled(false, later);
         assert!(watch.judge(100, Some(250), later).is_some());
+    }
+
+    #[test]
+    fn one_partition_stalled_is_found_while_another_moves() {
+        let mut watches = PartitionWatches::new(AFTER);
+        let start = Instant::now();
+        let mut moving = 0;
+        for second in (0..=20).step_by(2) {
+            let now = start + Duration::from_secs(second);
+            moving += 500;
+            assert_eq!(watches.judge("left", moving, Some(1_000_000), now), None);
+            let stalled = watches.judge("table", 100, Some(250), now);
+            if second < 17 {
+                assert_eq!(stalled, None, "at {second} s");
+            } else {
+                let stall = stalled.expect("the table partition is stalled");
+                assert_eq!((stall.position, stall.stable_end), (100, 250));
+            }
+            // A partition read to its end is idle, however long.
+            assert_eq!(watches.judge("idle", 250, Some(250), now), None);
+        }
     }
 
     #[test]

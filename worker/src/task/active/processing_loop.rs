@@ -19,7 +19,7 @@ use crate::processor::config::ProcessorConfig;
 use crate::processor::{Pipeline, ProcessError, ProcessOutput, RawInput, Side};
 use crate::store::{ChangeSet, Overlay, RocksStore, StateStore, TaskMetadata};
 use crate::task::changelog::changelog_consumer;
-use crate::task::consumer_watch::{self, ConsumerWatch};
+use crate::task::consumer_watch::{self, PartitionWatches};
 use crate::task::{TaskError, WorkerContext, partition_of};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -179,7 +179,7 @@ impl<'a> ActiveLoop<'a> {
         let mut txn: Option<Transaction> = None;
         let mut checks = SourceChecks::starting_now();
         let refresh_every = offset_refresh_interval();
-        let mut input_watch = ConsumerWatch::new(consumer_watch::stall_after());
+        let mut input_watch = PartitionWatches::new(consumer_watch::stall_after());
         let mut merge = (self.reads.len() > 1).then(Merge::default);
         let mut last_commit = Instant::now();
         let mut last_purge = Some(Instant::now());
@@ -218,7 +218,6 @@ impl<'a> ActiveLoop<'a> {
             }
             self.check_sources(store, txn.as_ref(), &mut input_watch, &mut checks)?;
             let polled = self.poll(merge.as_mut());
-            input_watch.polled(matches!(polled, Some(Ok(_))), Instant::now());
             let message = match polled {
                 None => {
                     drained = true;
@@ -247,7 +246,10 @@ impl<'a> ActiveLoop<'a> {
             }
             failpoint::hit("mid-transaction");
             if failpoint::reached("input-stops") {
-                self.stop_fetching_input()?;
+                self.stop_fetching_input(None)?;
+            }
+            if failpoint::reached("right-input-stops") {
+                self.stop_fetching_input(Some(Side::Right))?;
             }
         }
     }

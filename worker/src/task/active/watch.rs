@@ -11,7 +11,7 @@ use crate::metrics::TaskLabel;
 use crate::processor::Side;
 use crate::store::RocksStore;
 use crate::task::TaskError;
-use crate::task::consumer_watch::{self, ConsumerStall, ConsumerWatch};
+use crate::task::consumer_watch::{self, ConsumerStall, PartitionWatches};
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::Consumer;
 use std::time::{Duration, Instant};
@@ -23,7 +23,7 @@ impl ActiveLoop<'_> {
         &self,
         store: &RocksStore,
         txn: Option<&Transaction>,
-        watch: &mut ConsumerWatch,
+        watch: &mut PartitionWatches<Source>,
         checks: &mut SourceChecks,
     ) -> Result<(), TaskError> {
         if self.joins() && checks.partitions_due() {
@@ -42,7 +42,7 @@ impl ActiveLoop<'_> {
         &self,
         store: &RocksStore,
         txn: Option<&Transaction>,
-        watch: &mut ConsumerWatch,
+        watch: &mut PartitionWatches<Source>,
     ) -> Result<(), TaskError> {
         let mut lag = None;
         for read in &self.reads {
@@ -59,7 +59,7 @@ impl ActiveLoop<'_> {
             let position = consumer_watch::position_of(&self.input, topic, partition)
                 .or_else(|| txn.and_then(|open| open.positions.get(read.source)))
                 .unwrap_or(committed);
-            if let Some(stall) = watch.judge(position, stable_end, Instant::now()) {
+            if let Some(stall) = watch.judge(read.source, position, stable_end, Instant::now()) {
                 return Err(self.input_stalled(read, stall));
             }
         }
@@ -95,13 +95,19 @@ impl ActiveLoop<'_> {
         TaskError::ConsumerStalled(format!("{which}: {stall}"))
     }
 
-    /// The `input-stops` failpoint: the consumer stops fetching as a stalled one does, while the
+    /// The `input-stops` failpoint (`right-input-stops`: only a join's right side, its other
+    /// partitions going on): the consumer stops fetching as a stalled one does, while the
     /// broker keeps serving it.
-    pub(super) fn stop_fetching_input(&self) -> Result<(), TaskError> {
+    pub(super) fn stop_fetching_input(&self, only: Option<Side>) -> Result<(), TaskError> {
         let mut partitions = TopicPartitionList::new();
-        for read in &self.reads {
+        let stopped = self
+            .reads
+            .iter()
+            .filter(|read| only.is_none_or(|side| read.source.side() == side));
+        for read in stopped {
             partitions.add_partition(&read.topic, read.partition);
         }
+        tracing::warn!(task = self.task, side = ?only, "failpoint: the input consumer stops fetching");
         self.input
             .pause(&partitions)
             .map_err(|e| TaskError::kafka("pausing the input (failpoint)", e))
