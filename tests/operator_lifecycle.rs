@@ -428,21 +428,15 @@ async fn a_re_keyed_join_gets_a_repartition_topic_of_the_right_topics_count_dele
     let cards = support::unique_name("op-rekey-cards");
     create_topic(&cards, 2, &[("cleanup.policy", "compact")]).await;
     let name = "enrich";
-    let mut spec = job(name, &s.input, &s.prefix);
+    let join = serde_json::json!({
+        "kind": "table",
+        "mode": "left",
+        "left": {"repartition": true},
+        "right": {"topic": cards, "timeField": "ts"},
+        "history": "24h",
+    });
+    let mut spec = join_job(name, &s.input, &s.prefix, "card", join);
     spec.spec.deletion_policy = streamkeeper::api::DeletionPolicy::Delete;
-    spec.spec.processor = serde_json::from_value(serde_json::json!({
-        "type": "join",
-        "keyField": "card",
-        "timeField": "ts",
-        "join": {
-            "kind": "table",
-            "mode": "left",
-            "left": {"repartition": true},
-            "right": {"topic": cards, "timeField": "ts"},
-            "history": "24h",
-        },
-    }))
-    .unwrap();
     s.jobs.create(&PostParams::default(), &spec).await.unwrap();
     reconcile_once(&ctx, &s.jobs, name).await.unwrap();
 
@@ -463,10 +457,7 @@ async fn a_re_keyed_join_gets_a_repartition_topic_of_the_right_topics_count_dele
     assert_eq!(status.created_topics[&repartition].role, "repartition");
     assert_eq!(status.created_topics[&repartition].partitions, 2);
     assert!(
-        !status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Invalid" && c.status == "True"),
+        !refused(&status),
         "3 input partitions against 2 is no refusal for a re-keyed input: {:?}",
         status.conditions
     );
@@ -499,27 +490,18 @@ async fn a_global_table_join_needs_no_co_partitioning_and_keeps_the_inputs_task_
     let currencies = support::unique_name("op-global-currencies");
     create_topic(&currencies, 2, &[("cleanup.policy", "compact")]).await;
     let name = "convert";
-    let mut spec = job(name, &s.input, &s.prefix);
-    spec.spec.processor = serde_json::from_value(serde_json::json!({
-        "type": "join",
-        "keyField": "currency",
-        "timeField": "ts",
-        "join": {
-            "kind": "globalTable",
-            "right": {"topic": currencies},
-            "history": "1h",
-        },
-    }))
-    .unwrap();
+    let join = serde_json::json!({
+        "kind": "globalTable",
+        "right": {"topic": currencies},
+        "history": "1h",
+    });
+    let spec = join_job(name, &s.input, &s.prefix, "currency", join);
     s.jobs.create(&PostParams::default(), &spec).await.unwrap();
     reconcile_once(&ctx, &s.jobs, name).await.unwrap();
 
     let status = s.jobs.get(name).await.unwrap().status.unwrap();
     assert!(
-        !status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Invalid" && c.status == "True"),
+        !refused(&status),
         "3 input partitions against a 2-partition global table is no refusal: {:?}",
         status.conditions
     );
@@ -535,4 +517,12 @@ async fn a_global_table_join_needs_no_co_partitioning_and_keeps_the_inputs_task_
         status.created_topics
     );
     delete_namespace(&s.client, &s.namespace).await;
+}
+
+/// Whether the job's status says its spec is refused (`Invalid` `True`).
+fn refused(status: &streamkeeper::api::status::StatefulStreamJobStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Invalid" && c.status == "True")
 }

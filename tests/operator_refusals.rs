@@ -348,19 +348,13 @@ async fn a_join_whose_topics_are_not_co_partitioned_is_refused_until_they_are() 
     let cards = support::unique_name("op-copart-cards");
     create_topic(&cards, 2, &[]).await;
     let name = "enrich";
-    let mut joined = job(name, &s.input, &s.prefix);
-    joined.spec.processor = serde_json::from_value(serde_json::json!({
-        "type": "join",
-        "keyField": "card",
-        "timeField": "ts",
-        "join": {
-            "kind": "table",
-            "mode": "left",
-            "right": {"topic": cards, "timeField": "ts"},
-            "history": "24h",
-        },
-    }))
-    .unwrap();
+    let join = serde_json::json!({
+        "kind": "table",
+        "mode": "left",
+        "right": {"topic": cards, "timeField": "ts"},
+        "history": "24h",
+    });
+    let joined = join_job(name, &s.input, &s.prefix, "card", join);
     s.jobs
         .create(&PostParams::default(), &joined)
         .await

@@ -1,8 +1,14 @@
 //! The worker config: rendered by the operator into a ConfigMap, read by the worker at start.
 //! The worker never sees the custom resource; everything it needs is here, already validated.
 
+mod processor;
+
 pub use crate::co_partitioning::Partitioner;
 use crate::duration::serde_go;
+pub use processor::{
+    JoinKind, JoinLeft, JoinMode, JoinRight, JoinWindowConfig, ProcessorConfig, ProcessorKind,
+    WindowConfig,
+};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -142,132 +148,6 @@ pub struct KafkaSaslFiles {
     pub password_file: PathBuf,
 }
 
-// No `deny_unknown_fields` here: serde cannot combine it with `flatten`; the flattened
-// `ProcessorKind` refuses unknown fields instead.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ProcessorConfig {
-    /// JSON field holding the record key.
-    pub key_field: String,
-    /// JSON field holding the event time (epoch milliseconds or RFC 3339); needed by windows and dedup.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time_field: Option<String>,
-    #[serde(flatten)]
-    pub kind: ProcessorKind,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "camelCase", deny_unknown_fields)]
-pub enum ProcessorKind {
-    Count,
-    #[serde(rename_all = "camelCase")]
-    Aggregate {
-        value_field: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        window: Option<WindowConfig>,
-    },
-    #[serde(rename_all = "camelCase")]
-    Dedup {
-        #[serde(with = "serde_go")]
-        ttl: Duration,
-    },
-    /// The job's input (the left side, keyed and timed by `keyField` and `timeField`) joined
-    /// with a second topic read by the same task, partition for partition.
-    #[serde(rename_all = "camelCase")]
-    Join {
-        /// `stream`: a windowed stream-stream join; `table`: the right topic is a table, and a
-        /// left record joins its version as of the left record's event time.
-        join: JoinKind,
-        mode: JoinMode,
-        #[serde(default, skip_serializing_if = "JoinLeft::is_plain")]
-        left: JoinLeft,
-        right: JoinRight,
-        /// Stream joins only.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        window: Option<JoinWindowConfig>,
-        /// Table joins only: how far back in event time the table's versions are kept.
-        #[serde(default, skip_serializing_if = "Option::is_none", with = "optional_go")]
-        history: Option<Duration>,
-        /// How the producers of both topics place keys in partitions.
-        partitioner: Partitioner,
-    },
-}
-
-/// What a join's right side is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum JoinKind {
-    Stream,
-    Table,
-    /// A table every task reads whole, from all of its partitions: no co-partitioning needed.
-    GlobalTable,
-}
-
-impl JoinKind {
-    /// Whether the right side is a table (read partition for partition, or whole).
-    pub fn is_table(self) -> bool {
-        matches!(self, JoinKind::Table | JoinKind::GlobalTable)
-    }
-}
-
-/// Which unmatched records a join emits: none (`inner`), the left side's (`left`), or both
-/// sides' (`outer`, stream joins only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum JoinMode {
-    Inner,
-    Left,
-    Outer,
-}
-
-/// The left side of a join: the job's input topic, keyed and timed by `keyField` and
-/// `timeField`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct JoinLeft {
-    /// Set when the side is re-keyed: the internal topic its records are written to, keyed by
-    /// their join key, and read back from (see [`ProcessorConfig::left_repartition_topic`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub repartition_topic: Option<String>,
-}
-
-impl JoinLeft {
-    /// Read as it is, not re-keyed.
-    pub fn is_plain(&self) -> bool {
-        self.repartition_topic.is_none()
-    }
-}
-
-/// The right side of a join.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct JoinRight {
-    pub topic: String,
-    /// Set when the side is re-keyed (stream joins only), as [`JoinLeft::repartition_topic`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub repartition_topic: Option<String>,
-    /// The join key's field in a stream's records. A table is keyed by its records' Kafka key
-    /// (a tombstone has no value to read a field from), so a table has none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_field: Option<String>,
-    /// The event time's field (a table without one versions by the Kafka record timestamp).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub time_field: Option<String>,
-}
-
-/// Which records of the other side a stream record meets: those within `before` and `after`
-/// of its own event time; `grace` bounds lateness.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct JoinWindowConfig {
-    #[serde(with = "serde_go")]
-    pub before: Duration,
-    #[serde(with = "serde_go")]
-    pub after: Duration,
-    #[serde(with = "serde_go", default)]
-    pub grace: Duration,
-}
-
 impl WorkerConfig {
     /// The topic whose partition count is the job's task count (task `i` joins partition `i`):
     /// the input, or the repartition topic of a re-keyed input, which the operator creates with
@@ -276,99 +156,6 @@ impl WorkerConfig {
         self.processor
             .left_repartition_topic()
             .unwrap_or(&self.kafka.input_topic)
-    }
-}
-
-impl ProcessorConfig {
-    /// How a join's producers place keys; `None` for a processor with one input.
-    pub fn partitioner(&self) -> Option<Partitioner> {
-        match &self.kind {
-            ProcessorKind::Join { partitioner, .. } => Some(*partitioner),
-            _ => None,
-        }
-    }
-
-    /// The second topic the job's tasks read (a join's right side), if any.
-    pub fn right_topic(&self) -> Option<&str> {
-        match &self.kind {
-            ProcessorKind::Join { right, .. } => Some(right.topic.as_str()),
-            _ => None,
-        }
-    }
-
-    /// The internal topic a re-keyed join's left side (the job's input) is written to and
-    /// read back from; `None` when the side is read as it is.
-    ///
-    /// Task `i` of `n` re-keys the partitions `p` of the side's topic with `p mod n == i`,
-    /// writing each record, keyed by its join key, to the partition the join's partitioner
-    /// gives that key among `n`, in the task's transaction; and it joins partition `i` of the
-    /// repartition topic, which thereby holds every record of its keys.
-    pub fn left_repartition_topic(&self) -> Option<&str> {
-        match &self.kind {
-            ProcessorKind::Join { left, .. } => left.repartition_topic.as_deref(),
-            _ => None,
-        }
-    }
-
-    /// Whether every task reads a join's right topic whole (`globalTable`): its keys then need
-    /// no placement, and the right topic may have any partition count.
-    pub fn right_read_whole(&self) -> bool {
-        matches!(
-            self.kind,
-            ProcessorKind::Join {
-                join: JoinKind::GlobalTable,
-                ..
-            }
-        )
-    }
-
-    /// The right side's counterpart of [`Self::left_repartition_topic`].
-    pub fn right_repartition_topic(&self) -> Option<&str> {
-        match &self.kind {
-            ProcessorKind::Join { right, .. } => right.repartition_topic.as_deref(),
-            _ => None,
-        }
-    }
-}
-
-impl ProcessorKind {
-    pub fn name(&self) -> &'static str {
-        match self {
-            ProcessorKind::Count => "count",
-            ProcessorKind::Aggregate { .. } => "aggregate",
-            ProcessorKind::Dedup { .. } => "dedup",
-            ProcessorKind::Join { .. } => "join",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct WindowConfig {
-    #[serde(with = "serde_go")]
-    pub size: Duration,
-    /// Hopping windows advance by less than their size; tumbling windows have no advance.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "optional_go")]
-    pub advance: Option<Duration>,
-    #[serde(with = "serde_go", default)]
-    pub grace: Duration,
-}
-
-mod optional_go {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
-
-    pub fn serialize<S: Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-        match value {
-            Some(duration) => super::serde_go::serialize(duration, s),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        Option::<String>::deserialize(d)?
-            .map(|text| crate::parse_go_duration(&text).map_err(serde::de::Error::custom))
-            .transpose()
     }
 }
 

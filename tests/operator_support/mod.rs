@@ -192,6 +192,26 @@ pub fn s3_client() -> aws_sdk_s3::Client {
 }
 
 /// A job named `name` reading `input_topic`, with checkpoints under `prefix` in the test bucket.
+/// [`job`] with `spec.processor` a join keyed by `key_field`, timed by `ts`, of `join` (the
+/// `spec.processor.join` object).
+pub fn join_job(
+    name: &str,
+    input_topic: &str,
+    prefix: &str,
+    key_field: &str,
+    join: serde_json::Value,
+) -> StatefulStreamJob {
+    let mut job = job(name, input_topic, prefix);
+    job.spec.processor = serde_json::from_value(serde_json::json!({
+        "type": "join",
+        "keyField": key_field,
+        "timeField": "ts",
+        "join": join,
+    }))
+    .unwrap();
+    job
+}
+
 pub fn job(name: &str, input_topic: &str, prefix: &str) -> StatefulStreamJob {
     let s3 = support::s3_settings();
     serde_json::from_value(serde_json::json!({

@@ -125,10 +125,7 @@ async fn a_re_keyed_join_killed_at_many_points_some_with_the_volume_wiped_ends_e
     worker.terminate(Duration::from_secs(30));
 
     let want = expected_table_join(&table, &stream, JoinMode::Left, HISTORY_MS);
-    let got = joined_output(&crashy);
-    assert_eq!(got.len(), stream.len(), "each transaction joined once");
-    assert_eq!(got, want);
-    assert_eq!(joined_output(&reference), want);
+    assert_joined_once(&crashy, &reference, &want, stream.len());
     // Each transaction reached the repartition topic once, in the partition of its card.
     let mut per_partition = BTreeMap::new();
     for record in &stream {

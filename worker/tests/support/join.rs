@@ -233,6 +233,15 @@ pub fn sorted(mut joined: Vec<Joined>) -> Vec<Joined> {
     joined
 }
 
+/// Asserts a crashed job's output is `want` with each of `transactions` joined once, and so is
+/// the uninterrupted `reference` job's.
+pub fn assert_joined_once(crashy: &Job, reference: &Job, want: &[Joined], transactions: usize) {
+    let got = joined_output(crashy);
+    assert_eq!(got.len(), transactions, "each transaction joined once");
+    assert_eq!(got, want);
+    assert_eq!(joined_output(reference), want);
+}
+
 /// A version of each of `cards` cards per round of `rounds`, in time order: key `card-<i>`,
 /// at `base + round * 100 s + i`, with `limit` 100 × (round + 1).
 pub fn card_versions(base: i64, cards: u32, rounds: std::ops::Range<i64>) -> Vec<Produced> {

@@ -1,5 +1,6 @@
 //! When an active task looks at its sources (see `watch`): the lag and the consumers every few
-//! seconds, a join's partition counts less often.
+//! seconds, a join's partition counts less often; and when a re-keyed join purges its
+//! repartition partitions (see `rekey`).
 
 use std::time::{Duration, Instant};
 
@@ -8,6 +9,32 @@ const LAG_CHECK: Duration = Duration::from_secs(2);
 /// How often a join's partition counts are: a metadata request per topic, and partitions are
 /// added rarely; every record's placement is checked meanwhile, so none joins wrongly.
 const PARTITION_CHECK: Duration = Duration::from_secs(10);
+
+/// How often a re-keyed join's task deletes what it has consumed of its repartition partitions
+/// (`rekey`); `STREAMKEEPER_REPARTITION_PURGE_SECONDS` overrides it (tests use a second).
+const PURGE: Duration = Duration::from_secs(30);
+
+/// When a re-keyed join's task next purges its repartition partitions: one period in, then
+/// once per period.
+#[derive(Debug)]
+pub(super) struct PurgeCadence {
+    every: Duration,
+    last: Option<Instant>,
+}
+
+impl PurgeCadence {
+    pub(super) fn starting_now() -> Self {
+        Self {
+            every: crate::task::seconds_from_env("STREAMKEEPER_REPARTITION_PURGE_SECONDS", PURGE),
+            last: Some(Instant::now()),
+        }
+    }
+
+    /// Whether a purge is due; if so, it counts as done now.
+    pub(super) fn due(&mut self) -> bool {
+        due(&mut self.last, self.every, Instant::now())
+    }
+}
 
 /// When the loop last looked at its sources.
 #[derive(Debug)]

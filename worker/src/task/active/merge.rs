@@ -23,11 +23,11 @@ use std::time::Duration;
 /// Records kept per task before the earlier one is processed anyway.
 const MAX_BUFFERED: usize = 1_000;
 
-/// The records read and not yet processed, per side.
+/// The records read and not yet processed, per side, each with its source.
 #[derive(Default)]
 pub struct Merge {
-    left: VecDeque<OwnedMessage>,
-    right: VecDeque<OwnedMessage>,
+    left: VecDeque<(Source, OwnedMessage)>,
+    right: VecDeque<(Source, OwnedMessage)>,
 }
 
 impl Merge {
@@ -55,33 +55,27 @@ impl Merge {
                 None => break,
                 Some(Err(error)) => return Err(error),
                 Some(Ok(message)) => {
-                    let queue = match source_of(message.topic(), message.partition()) {
-                        Some(source @ Source::Rekeyed(..)) => {
-                            return Ok(Some((source, message.detach())));
-                        }
-                        Some(source) if source.side() == Side::Right => &mut self.right,
-                        // Only assigned partitions deliver records: this is the left side's.
+                    // Only assigned partitions deliver records: one found nowhere is the input's.
+                    let source = source_of(message.topic(), message.partition())
+                        .unwrap_or(Source::Joined(Side::Left));
+                    let queue = match source {
+                        Source::Rekeyed(..) => return Ok(Some((source, message.detach()))),
+                        _ if source.side() == Side::Right => &mut self.right,
                         _ => &mut self.left,
                     };
-                    queue.push_back(message.detach());
+                    queue.push_back((source, message.detach()));
                 }
             }
         }
-        let front_time = |queue: &VecDeque<OwnedMessage>| {
+        let front_time = |queue: &VecDeque<(Source, OwnedMessage)>| {
             queue
                 .front()
-                .map(|message| message.timestamp().to_millis().unwrap_or(i64::MIN))
+                .map(|(_, message)| message.timestamp().to_millis().unwrap_or(i64::MIN))
         };
         let side = earlier(front_time(&self.left), front_time(&self.right));
-        Ok(side.and_then(|side| {
-            let queue = match side {
-                Side::Left => &mut self.left,
-                Side::Right => &mut self.right,
-            };
-            let message = queue.pop_front()?;
-            let source =
-                source_of(message.topic(), message.partition()).unwrap_or(Source::Joined(side));
-            Some((source, message))
+        Ok(side.and_then(|side| match side {
+            Side::Left => self.left.pop_front(),
+            Side::Right => self.right.pop_front(),
         }))
     }
 }

@@ -4,7 +4,7 @@
 //! overlay and the offsets to RocksDB in one atomic write. Local state therefore never holds an
 //! uncommitted change, and a restart needs only a delta replay.
 
-use super::cadence::SourceChecks;
+use super::cadence::{PurgeCadence, SourceChecks};
 use super::dead_letter::{self, DeadLetter};
 use super::input_position;
 use super::merge::{Merge, Polled};
@@ -49,8 +49,9 @@ pub struct ActiveLoop<'a> {
     sides: Vec<SideTopics>,
     /// The partitions this task reads, once its input is resumed (`resume`).
     pub(super) reads: Vec<Read>,
-    /// A re-keyed join's partition count: its task count, which places the keys it writes.
-    pub(super) rekey_partitions: u32,
+    /// The job's task count, once the reads are planned: a join's keys are placed by it (the
+    /// re-keyed ones this task writes too), and a re-keyed topic's partitions dealt out by it.
+    pub(super) tasks: u32,
     /// The partition count of each side's own topic read besides partition `task` (re-keyed, or
     /// read whole) when the reads were planned.
     pub(super) source_counts: std::collections::BTreeMap<Side, u32>,
@@ -88,7 +89,7 @@ impl<'a> ActiveLoop<'a> {
             input,
             sides: sources::sides_of(config),
             reads: Vec::new(),
-            rekey_partitions: 1,
+            tasks: 1,
             source_counts: Default::default(),
             pipeline,
             promotion: std::cell::RefCell::new(context.promoted_at.map(PromotionClock::since)),
@@ -182,7 +183,8 @@ impl<'a> ActiveLoop<'a> {
         let mut input_watch = PartitionWatches::new(consumer_watch::stall_after());
         let mut merge = (self.reads.len() > 1).then(Merge::default);
         let mut last_commit = Instant::now();
-        let mut last_purge = Some(Instant::now());
+        let re_keys = self.sides.iter().any(|side| side.repartition.is_some());
+        let mut purge = re_keys.then(PurgeCadence::starting_now);
         // The input had nothing more at the last poll.
         let mut drained = false;
         loop {
@@ -210,8 +212,8 @@ impl<'a> ActiveLoop<'a> {
                 self.refresh_input_offset(store)?;
                 last_commit = Instant::now();
             }
-            if txn.is_none() {
-                self.purge_repartitioned(store, &mut last_purge);
+            if txn.is_none() && purge.as_mut().is_some_and(PurgeCadence::due) {
+                self.purge_repartitioned(store);
             }
             if let Some(checkpoints) = checkpoints {
                 checkpoints.maybe_checkpoint(store);

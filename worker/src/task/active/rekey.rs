@@ -20,12 +20,8 @@ use crate::task::TaskError;
 use rdkafka::admin::AdminOptions;
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Offset, TopicPartitionList};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use streamkeeper_contract::co_partitioning::Partitioner;
-
-/// How often a task deletes what it has consumed of its repartition partitions;
-/// `STREAMKEEPER_REPARTITION_PURGE_SECONDS` overrides it (tests use a second).
-const PURGE_EVERY: Duration = Duration::from_secs(30);
 
 impl ActiveLoop<'_> {
     /// Writes `input`, read from `source` (a partition this task re-keys), to its side's
@@ -78,20 +74,14 @@ impl ActiveLoop<'_> {
             .processor
             .partitioner()
             .unwrap_or(Partitioner::Murmur2);
-        let partition = partitioner.partition(key.as_bytes(), self.rekey_partitions);
+        let partition = partitioner.partition(key.as_bytes(), self.tasks);
         i32::try_from(partition).unwrap_or(i32::MAX)
     }
 
-    /// Deletes, when due, the records of this task's repartition partitions below the
-    /// positions the state has committed. A failure is logged and retried at the next turn:
-    /// the records only take room meanwhile.
-    pub(super) fn purge_repartitioned(&self, store: &RocksStore, last: &mut Option<Instant>) {
-        let every =
-            crate::task::seconds_from_env("STREAMKEEPER_REPARTITION_PURGE_SECONDS", PURGE_EVERY);
-        if last.is_some_and(|at| at.elapsed() < every) {
-            return;
-        }
-        *last = Some(Instant::now());
+    /// Deletes the records of this task's repartition partitions below the positions the state
+    /// has committed (when `cadence::PurgeCadence` says). A failure is logged and retried at
+    /// the next turn: the records only take room meanwhile.
+    pub(super) fn purge_repartitioned(&self, store: &RocksStore) {
         let mut below = TopicPartitionList::new();
         for side in self
             .sides()

@@ -1,7 +1,7 @@
 //! Resuming the input of an active task where the state's own position says, by the rule in
 //! `input_position` (which decides, purely; this carries the decision out on the partition),
-//! and reading the partition's committed offset and watermarks. A join resumes each of its two
-//! sources by the same rule.
+//! and reading the partition's committed offset and watermarks. A join resumes each partition
+//! it reads by the same rule (`sources`).
 
 use super::input_position::{self, InputFacts, InputStart, Resume};
 use super::processing_loop::{ActiveLoop, KAFKA_TIMEOUT};
@@ -107,7 +107,7 @@ impl ActiveLoop<'_> {
             counts.insert(side.side, count);
         }
         self.reads = sources::plan(self.task, tasks, self.sides(), &counts);
-        self.rekey_partitions = tasks;
+        self.tasks = tasks;
         self.source_counts = counts;
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! behind the broker's last stable offset (their sum is the task's input lag), whether the
 //! consumer has stalled on one of them (`consumer_watch`), and, less often, whether a join's
 //! topics still have the partition count its keys are placed by, and whether a re-keyed side's
-//! topic got partitions (which the task then reads too).
+//! topic or a whole-read table got partitions (which the task then reads too).
 
 use super::cadence::SourceChecks;
 use super::processing_loop::{ActiveLoop, Transaction};
@@ -139,10 +139,11 @@ impl ActiveLoop<'_> {
         Ok(Some(placed_by))
     }
 
-    /// A re-keyed side's topic that got partitions this task is dealt since it planned its
-    /// reads: the error restarts the role, which then reads them too (from their start:
-    /// nothing of them was consumed). The other tasks go on as they are. Unlike a joined topic's, a re-keyed topic's count
-    /// places nothing: the task writes each record where its join key belongs.
+    /// A re-keyed side's topic, or a table read whole, that got partitions this task is dealt
+    /// since it planned its reads: the error restarts the role, which then reads them too (from
+    /// their start: nothing of them was consumed); the other tasks go on as they are. Unlike a
+    /// joined topic's, such a topic's count places nothing: the task writes each re-keyed record
+    /// where its join key belongs, and every task reads a whole table.
     fn check_source_counts(&self) -> Result<(), TaskError> {
         for (side, planned) in &self.source_counts {
             let Some(topics) = self.side(*side) else {
@@ -152,7 +153,7 @@ impl ActiveLoop<'_> {
                 Some(now)
                     if sources::dealt_new_partitions(
                         self.task,
-                        self.rekey_partitions,
+                        self.tasks,
                         *planned,
                         now,
                         topics.whole,

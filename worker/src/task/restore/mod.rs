@@ -41,17 +41,16 @@ use super::changelog::ChangelogProbe;
 use super::{TaskError, WorkerContext, partition_of, stop};
 use crate::checkpoint::CheckpointError;
 use crate::checkpoint::download::list_manifests;
-use crate::processor::Side;
 use crate::processor::keys;
 use crate::store::{ChangeSet, OpenOutcome, RocksStore, StateStore, TaskMetadata};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::collections::BTreeMap;
 use std::time::Duration;
+use streamkeeper_contract::WorkerConfig;
 use streamkeeper_contract::restore_request::{
     RESTORE_REQUEST_ENV, RestoreReplaySource, RestoreRequestDocument,
 };
 use streamkeeper_contract::task_report::{RestorePhase, RestoreSource};
-use streamkeeper_contract::worker_config::ProcessorConfig;
 use streamkeeper_contract::{FormatError, Versioned};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -107,7 +106,7 @@ pub(super) fn restore_task(
         RestoreReplaySource::Changelog => {
             let mode = Mode::Requested(choice);
             restore_from_changelog(context, task, store, OpenOutcome::Empty, &consumer, mode)?;
-            let (changes, positions) = applied(request, &context.config.processor, store)?;
+            let (changes, positions) = applied(request, &context.config, store)?;
             if request.adopt_input {
                 tracing::warn!(task, id = %request.id, topic = %context.config.kafka.input_topic, "the restore request adopts the input: the state forgets the topic it was built from, and the task reads this one from its first record");
             }
@@ -143,40 +142,34 @@ fn report_applied(context: &WorkerContext, task: u32, store: &RocksStore) -> Res
 }
 
 /// The changes that mark `request` applied, and the input positions they set. A request that
-/// adopts the input also forgets which input the state was built from and its position there
-/// (every topic of a join, `processor`): position 0 (nothing consumed) resumes the current
-/// topic at its first record, and the task's input check then records the current topic as the
-/// state's. The positions of a re-keyed or whole-read topic's partitions are deleted: each
-/// resumes at its start.
+/// adopts the input also forgets which input the state was built from and its position there,
+/// for every topic the job reads (`sources`): position 0 (nothing consumed) resumes a joined
+/// topic at its first record, the positions of a re-keyed or whole-read topic's partitions are
+/// deleted (each resumes at its start), and the task's input check then records the current
+/// topics as the state's.
 fn applied(
     request: &RestoreRequestDocument,
-    processor: &ProcessorConfig,
+    config: &WorkerConfig,
     store: &RocksStore,
 ) -> Result<(ChangeSet, Positions), TaskError> {
     let mut changes = marker(&request.id);
+    let mut positions = Positions::default();
     if !request.adopt_input {
-        return Ok((changes, Positions::default()));
+        return Ok((changes, positions));
     }
-    changes.delete(keys::INPUT);
-    let mut positions = Positions::of(Source::Joined(Side::Left), 0);
-    if processor.right_topic().is_some() {
-        changes.delete(keys::RIGHT_INPUT);
-        positions.set(Source::Joined(Side::Right), 0);
-    }
-    for side in [Side::Left, Side::Right] {
-        let own_partitions = match side {
-            Side::Left => processor.left_repartition_topic().is_some(),
-            Side::Right => {
-                processor.right_repartition_topic().is_some() || processor.right_read_whole()
+    let sides = sources::sides_of(config);
+    // One partition of each topic a side reads names every key there is to forget.
+    let one_each = sides.iter().map(|side| (side.side, 1)).collect();
+    for read in sources::plan(0, 1, &sides, &one_each) {
+        changes.delete(sources::identity_key(read.source));
+        match read.source {
+            Source::Joined(_) => positions.set(read.source, 0),
+            Source::Rekeyed(side, _) | Source::Whole(side, _) => {
+                let prefix = sources::source_positions_prefix(side);
+                for (key, _) in store.scan(prefix, &prefix_end(prefix))? {
+                    changes.delete(&key);
+                }
             }
-        };
-        if !own_partitions {
-            continue;
-        }
-        changes.delete(sources::identity_key(Source::Rekeyed(side, 0)));
-        let prefix = sources::source_positions_prefix(side);
-        for (key, _) in store.scan(prefix, &prefix_end(prefix))? {
-            changes.delete(&key);
         }
     }
     Ok((changes, positions))
