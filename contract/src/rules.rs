@@ -83,6 +83,7 @@ pub enum Field {
     JoinWindowAfter,
     JoinWindowGrace,
     JoinHistory,
+    CustomName,
     WriteBufferSize,
     CheckpointInterval,
     CheckpointRetain,
@@ -123,6 +124,7 @@ impl Field {
             Field::JoinWindowAfter => "spec.processor.join.window.after",
             Field::JoinWindowGrace => "spec.processor.join.window.grace",
             Field::JoinHistory => "spec.processor.join.history",
+            Field::CustomName => "spec.processor.custom.name",
             Field::WriteBufferSize => "spec.state.rocksdb.writeBufferSize",
             Field::CheckpointInterval => "spec.checkpoint.interval",
             Field::CheckpointRetain => "spec.checkpoint.retain",
@@ -162,6 +164,7 @@ impl Field {
             Field::JoinWindowAfter => "processor.window.after",
             Field::JoinWindowGrace => "processor.window.grace",
             Field::JoinHistory => "processor.history",
+            Field::CustomName => "processor.name",
             Field::WriteBufferSize => "state.rocksdb.writeBufferBytes",
             Field::CheckpointInterval => "checkpoint.interval",
             Field::CheckpointRetain => "checkpoint.retain",
@@ -358,6 +361,10 @@ pub fn processor(config: &ProcessorConfig) -> Result<(), Violation> {
             join::join(&config.kind)?;
             true
         }
+        ProcessorKind::Custom { name, .. } => {
+            custom_name(name)?;
+            false
+        }
     };
     if needs_time && config.time_field.is_none() {
         return Err(violation(
@@ -366,6 +373,30 @@ pub fn processor(config: &ProcessorConfig) -> Result<(), Violation> {
         ));
     }
     Ok(())
+}
+
+/// The longest name a custom processor may have.
+pub const MAX_CUSTOM_NAME_LEN: usize = 63;
+
+/// A custom processor's name: what the worker binary registered it under, and part of the
+/// state's identity, so a plain lowercase word (`[a-z][a-z0-9-]*`, at most 63 characters) that
+/// reads the same in a spec, a log line and a metric label.
+pub fn custom_name(name: &str) -> Result<(), Violation> {
+    let plain = name.len() <= MAX_CUSTOM_NAME_LEN
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if plain {
+        Ok(())
+    } else {
+        Err(violation(
+            Field::CustomName,
+            format!(
+                "`{name}` is not a processor name: a lowercase letter, then lowercase letters, digits and '-', at most {MAX_CUSTOM_NAME_LEN} in all"
+            ),
+        ))
+    }
 }
 
 /// A tumbling (no advance) or hopping window whose windows line up, in whole milliseconds.

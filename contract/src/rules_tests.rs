@@ -192,3 +192,33 @@ fn a_transaction_timeout_not_above_the_commit_interval_is_refused() {
         "{error}"
     );
 }
+
+#[test]
+fn a_custom_processor_is_named_by_a_plain_lowercase_word() {
+    for name in ["velocity-check", "fraud2", "a"] {
+        assert_eq!(custom_name(name), Ok(()), "{name}");
+    }
+    let too_long = "a".repeat(MAX_CUSTOM_NAME_LEN + 1);
+    for name in [
+        "",
+        "Velocity",
+        "2fast",
+        "-x",
+        "fraud score",
+        "fraud_score",
+        &too_long,
+    ] {
+        let refusal = custom_name(name).expect_err(name);
+        assert_eq!(refusal.field, Field::CustomName);
+        assert!(refusal.reason.contains(&format!("`{name}`")), "{refusal}");
+    }
+    let config = ProcessorConfig {
+        key_field: "card".into(),
+        time_field: None,
+        kind: ProcessorKind::Custom {
+            name: "Fraud".into(),
+            config: serde_json::json!({"threshold": 3}),
+        },
+    };
+    assert_eq!(refused_field(processor(&config)), Field::CustomName);
+}

@@ -109,6 +109,13 @@ fn default_commit_max_records() -> u32 {
     10_000
 }
 
+/// The exit status of a worker that refuses its config before it runs a task (a processor
+/// its binary does not offer, a config the processor refuses): `EX_CONFIG` of `sysexits.h`. The
+/// worker prints the reason as its last line, which the kubelet keeps as the container's
+/// termination message (`terminationMessagePolicy: FallbackToLogsOnError`), and the operator
+/// shows it in the job's `Invalid` condition.
+pub const CONFIG_REFUSED_EXIT_CODE: i32 = 78;
+
 /// The worker's default `transaction.timeout.ms` (the operator always renders it): a
 /// transaction left open longer is aborted by the broker, so commits come at most every half
 /// of it.
@@ -406,6 +413,25 @@ pub(crate) mod tests {
         let config = sample();
         assert_eq!(WorkerConfig::from_yaml(&config.to_yaml()).unwrap(), config);
         assert_eq!(WorkerConfig::from_json(&config.to_json()).unwrap(), config);
+    }
+
+    #[test]
+    fn a_custom_processor_round_trips_with_its_free_config() {
+        let mut config = sample();
+        config.processor.kind = ProcessorKind::Custom {
+            name: "velocity-check".into(),
+            config: serde_json::json!({"maxTransactions": 3, "within": "10m", "tags": ["a", 1.5, null]}),
+        };
+        let yaml = config.to_yaml();
+        assert!(yaml.contains("kind: custom"), "{yaml}");
+        assert_eq!(WorkerConfig::from_yaml(&yaml).unwrap(), config);
+        assert_eq!(WorkerConfig::from_json(&config.to_json()).unwrap(), config);
+        config.processor.kind = ProcessorKind::Custom {
+            name: "velocity-check".into(),
+            config: serde_json::Value::Null,
+        };
+        assert!(!config.to_yaml().contains("config:"));
+        assert_eq!(WorkerConfig::from_yaml(&config.to_yaml()).unwrap(), config);
     }
 
     #[test]

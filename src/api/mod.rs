@@ -24,7 +24,7 @@ pub use join::{
 pub use kafka::{KafkaSaslSpec, KafkaSpec, KafkaTlsSpec, SaslMechanism, SecretKeyRef};
 pub use pod::PodOverrides;
 pub use processor::{
-    AggregateSpec, DedupSpec, ProcessorSpec, ProcessorType, WindowSpec, WindowType,
+    AggregateSpec, CustomSpec, DedupSpec, ProcessorSpec, ProcessorType, WindowSpec, WindowType,
 };
 pub use state::{Compression, RocksDbSpec, StateSpec};
 pub use status::{

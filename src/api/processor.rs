@@ -5,13 +5,15 @@ use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
 /// The processing logic: `count` (running count per key), `aggregate` (count/sum/min/max/mean
-/// per key, optionally per event-time window) or `dedup` (first occurrence per key within a TTL).
-/// Records are JSON objects.
+/// per key, optionally per event-time window), `dedup` (first occurrence per key within a TTL),
+/// `join` (with a second topic), or `custom` (a processor of your own worker build, named in
+/// `custom`; `spec.image` is that build). Records are JSON objects.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("self.type == 'aggregate' ? has(self.aggregate) : !has(self.aggregate)").message("processor.aggregate is required when processor.type is aggregate, and only then").field_path(".aggregate"))]
 #[x_kube(validation = kube::core::Rule::new("self.type == 'dedup' ? has(self.dedup) : !has(self.dedup)").message("processor.dedup is required when processor.type is dedup, and only then").field_path(".dedup"))]
 #[x_kube(validation = kube::core::Rule::new("self.type == 'join' ? has(self.join) : !has(self.join)").message("processor.join is required when processor.type is join, and only then").field_path(".join"))]
+#[x_kube(validation = kube::core::Rule::new("self.type == 'custom' ? has(self.custom) : !has(self.custom)").message("processor.custom is required when processor.type is custom, and only then").field_path(".custom"))]
 #[x_kube(validation = kube::core::Rule::new("(self.type == 'dedup' || self.type == 'join' || (self.type == 'aggregate' && has(self.aggregate) && has(self.aggregate.window))) ? has(self.timeField) : true").message("processor.timeField is required by windows, dedup and joins: they run on event time, never the wall clock").field_path(".timeField"))]
 pub struct ProcessorSpec {
     /// Which built-in processor runs.
@@ -38,6 +40,37 @@ pub struct ProcessorSpec {
     /// Settings of a `join`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join: Option<JoinSpec>,
+
+    /// Which processor of your own worker build runs, and its settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom: Option<CustomSpec>,
+}
+
+/// A processor your own worker binary registered (the Rust SDK, `docs/processors.md`). The
+/// job's `spec.image` must be that build: a worker without a processor of this name, or whose
+/// processor refuses `config`, stops before it runs a task, and the job shows `Invalid` with the
+/// worker's reason.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CustomSpec {
+    /// The name the processor was registered under (lowercase letters, digits and `-`).
+    #[schemars(length(min = 1, max = 63), pattern(r"^[a-z][a-z0-9-]*$"))]
+    pub name: String,
+
+    /// The processor's own settings, as free JSON; the processor checks them when it is built.
+    /// Part of the state's identity: a job's state is only read by the same name, config and
+    /// a processor version that declares it can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_object")]
+    pub config: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Any JSON object, kept as it is by the apiserver.
+fn free_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
 }
 
 /// Built-in processor kinds.
@@ -48,6 +81,7 @@ pub enum ProcessorType {
     Aggregate,
     Dedup,
     Join,
+    Custom,
 }
 
 /// Count, sum, min, max and mean of a numeric field per key.

@@ -1,5 +1,6 @@
-//! The processor part of the worker config: which built-in processor a job runs, with its
-//! settings (a join's two sides, windows, durations as Go duration strings).
+//! The processor part of the worker config: which processor a job runs, with its settings (a
+//! join's two sides, windows, durations as Go duration strings, or a custom processor's name and
+//! free config).
 
 use super::Partitioner;
 use crate::duration::serde_go;
@@ -54,6 +55,15 @@ pub enum ProcessorKind {
         history: Option<Duration>,
         /// How the producers of both topics place keys in partitions.
         partitioner: Partitioner,
+    },
+    /// A processor the worker binary registered under `name` (the Rust SDK): the job's image
+    /// is the user's own build. `config` is free JSON, which the processor checks when it is
+    /// built (`check-config`, and `run` before any task).
+    #[serde(rename_all = "camelCase")]
+    Custom {
+        name: String,
+        #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+        config: serde_json::Value,
     },
 }
 
@@ -191,6 +201,7 @@ impl ProcessorKind {
             ProcessorKind::Aggregate { .. } => "aggregate",
             ProcessorKind::Dedup { .. } => "dedup",
             ProcessorKind::Join { .. } => "join",
+            ProcessorKind::Custom { .. } => "custom",
         }
     }
 }

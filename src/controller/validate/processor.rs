@@ -52,6 +52,11 @@ pub(super) fn config(
         "spec.processor.join",
         "join",
     )?;
+    only_for(
+        spec.custom.is_some() && spec.type_ != ProcessorType::Custom,
+        "spec.processor.custom",
+        "custom",
+    )?;
     let kind = match spec.type_ {
         ProcessorType::Count => ProcessorKind::Count,
         ProcessorType::Aggregate => {
@@ -79,6 +84,19 @@ pub(super) fn config(
                 why: "spec.processor.type is join",
             })?;
             super::join::join_kind(join, identity)?
+        }
+        ProcessorType::Custom => {
+            let custom = spec.custom.as_ref().ok_or_else(|| InvalidSpec::Missing {
+                field: "spec.processor.custom".into(),
+                why: "spec.processor.type is custom",
+            })?;
+            ProcessorKind::Custom {
+                name: custom.name.clone(),
+                config: custom
+                    .config
+                    .clone()
+                    .map_or(serde_json::Value::Null, serde_json::Value::Object),
+            }
         }
     };
     let config = ProcessorConfig {

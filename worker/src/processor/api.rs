@@ -73,6 +73,15 @@ impl ProcessError {
         }
     }
 
+    /// The record is unusable for the processor, for `reason`: it goes to the dead-letter
+    /// topic (headers `streamkeeper.reason: rejected` and `streamkeeper.detail`: the reason) and the
+    /// task goes on. Return it before the first state write.
+    pub fn rejected(reason: impl Into<String>) -> Self {
+        ProcessError::BadRecord(DecodeError::Rejected {
+            detail: reason.into(),
+        })
+    }
+
     /// A [`ProcessError::CorruptState`] for `key`.
     pub fn corrupt(key: &[u8], source: StateCodecError) -> Self {
         ProcessError::CorruptState {

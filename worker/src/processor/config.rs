@@ -98,6 +98,15 @@ pub enum ProcessorKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         history_ms: Option<u64>,
     },
+    /// A processor a worker binary registered by name (see [`super::registry`], which builds
+    /// it; a config alone builds none).
+    Custom {
+        /// The registered name.
+        name: String,
+        /// The job's free config for it.
+        #[serde(default)]
+        config: serde_json::Value,
+    },
 }
 
 /// The window of an `aggregate`.
@@ -142,6 +151,24 @@ pub enum ConfigError {
     /// Invalid join settings.
     #[error(transparent)]
     Join(#[from] JoinConfigError),
+    /// The job names a custom processor this worker binary does not offer.
+    #[error(
+        "this worker has no processor `{name}` (it offers: {offered}): is spec.image the build that registers it?"
+    )]
+    UnknownCustom {
+        /// The name the job asks for.
+        name: String,
+        /// The names the binary registered, comma-separated (empty for the stock worker).
+        offered: String,
+    },
+    /// A custom processor refused the job's config.
+    #[error("processor `{name}` (version {version}) refused its config: {reason}")]
+    Refused {
+        name: String,
+        version: u32,
+        /// The processor's own words.
+        reason: String,
+    },
 }
 
 impl ProcessorConfig {
@@ -242,6 +269,10 @@ impl ProcessorConfig {
                 };
                 build_join(&spec, has_time)
             }
+            ProcessorKind::Custom { name, .. } => Err(ConfigError::UnknownCustom {
+                name: name.clone(),
+                offered: String::new(),
+            }),
         }
     }
 }
@@ -324,6 +355,10 @@ impl From<&streamkeeper_contract::worker_config::ProcessorConfig> for ProcessorC
                     history_ms: history.map(millis),
                 }
             }
+            Rendered::Custom { name, config } => ProcessorKind::Custom {
+                name: name.clone(),
+                config: config.clone(),
+            },
         };
         Self {
             key_field: config.key_field.clone(),

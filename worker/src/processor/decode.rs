@@ -94,11 +94,17 @@ pub enum DecodeError {
         /// What the placement fits, in words.
         evidence: String,
     },
+    /// A custom processor found the record unusable ([`super::ProcessError::rejected`]).
+    #[error("the processor rejected the record: {detail}")]
+    Rejected {
+        /// The processor's reason.
+        detail: String,
+    },
 }
 
 impl DecodeError {
     /// Every [`DecodeError::reason`], so the metrics can start each at 0.
-    pub const REASONS: [&'static str; 11] = [
+    pub const REASONS: [&'static str; 12] = [
         "not_json",
         "not_an_object",
         "missing_field",
@@ -110,6 +116,7 @@ impl DecodeError {
         "record_key_not_utf8",
         "missing_record_timestamp",
         "not_co_partitioned",
+        "rejected",
     ];
 
     /// A stable machine-readable reason, used as the dead-letter header value and the metric
@@ -127,6 +134,7 @@ impl DecodeError {
             DecodeError::RecordKeyNotUtf8 => "record_key_not_utf8",
             DecodeError::MissingRecordTimestamp => "missing_record_timestamp",
             DecodeError::NotCoPartitioned { .. } => "not_co_partitioned",
+            DecodeError::Rejected { .. } => "rejected",
         }
     }
 }

@@ -12,7 +12,9 @@
 //! (JSON → [`InputRecord`]), [`config`] (the processor selection), [`state`] (the state access
 //! trait and an in-memory implementation), [`keys`] and [`codec`] (stable state encodings),
 //! [`window`] (window assignment math), [`stream_time`], [`sweep`] (bounded sweeps), and one
-//! module per built-in processor ([`join`] keeps its own key and value layouts). [`pipeline`]
+//! module per built-in processor ([`join`] keeps its own key and value layouts). [`registry`]
+//! holds the processors a binary offers by name (the built-in ones and its own) and resolves a
+//! job's. [`pipeline`]
 //! ties the decoders (one per input) and a processor together for the loop, checking a join's
 //! key placement with [`placement`]; `test_support` holds helpers of the tests.
 
@@ -28,6 +30,7 @@ pub mod keys;
 pub mod pipeline;
 pub mod placement;
 pub mod record;
+pub mod registry;
 pub mod rfc3339;
 pub mod state;
 pub mod stream_time;
@@ -48,5 +51,9 @@ pub use join::{JoinConfigError, JoinKind, JoinMode, JoinProcessor};
 pub use pipeline::{Pipeline, RawInput};
 pub use placement::Placement;
 pub use record::{DropReason, InputRecord, OutputRecord, ProcessOutput, Side};
+pub use registry::{
+    ConfigRefused, CustomProcessor, CustomSettings, JobProcessor, ProcessorIdentity,
+    RegistrationError, Registry,
+};
 pub use state::{Entry, MemoryState, StateAccess, StateError};
 pub use window::{Window, WindowAssigner, WindowError};

@@ -512,7 +512,11 @@ mod tests {
         let mut config = streamkeeper_contract::WorkerConfig::from_yaml(example).unwrap();
         config.state.dir = state_dir.to_path_buf();
         config.checkpoint.s3 = None;
+        let processor = crate::processor::Registry::default()
+            .resolve(&config.processor)
+            .unwrap();
         WorkerContext {
+            processor: std::sync::Arc::new(processor),
             block_cache: crate::store::BlockCache::new(1 << 20),
             config: std::sync::Arc::new(config),
             metrics: crate::metrics::WorkerMetrics::new(),

@@ -15,6 +15,7 @@ use crate::board::TaskBoard;
 use crate::checkpoint::CheckpointService;
 use crate::kafka_client;
 use crate::metrics::WorkerMetrics;
+use crate::processor::JobProcessor;
 use crate::store::BlockCache;
 use crate::task::WorkerContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -51,23 +52,29 @@ pub enum RunError {
 
 /// Runs the worker until SIGTERM or Ctrl-C. `pod`: the StatefulSet pod name, which makes the
 /// worker take assignment documents; `None` in standalone mode.
-pub fn run(config: WorkerConfig, share: TaskShare, pod: Option<String>) -> Result<(), RunError> {
+pub fn run(
+    config: WorkerConfig,
+    processor: JobProcessor,
+    share: TaskShare,
+    pod: Option<String>,
+) -> Result<(), RunError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(RunError::Runtime)?;
-    runtime.block_on(run_async(config, share, pod))
+    runtime.block_on(run_async(config, processor, share, pod))
 }
 
 /// The steps: the shared context, the HTTP port, the input's partitions, the tasks, then the
 /// wait for the signal and the shutdown.
 async fn run_async(
     config: WorkerConfig,
+    processor: JobProcessor,
     share: TaskShare,
     pod: Option<String>,
 ) -> Result<(), RunError> {
-    let context = worker_context(config).await?;
+    let context = worker_context(config, processor).await?;
     let takes_documents = pod.is_some();
     let assignments = Arc::new(Assignments::new(
         context.clone(),
@@ -106,7 +113,10 @@ async fn run_async(
 
 /// What every task of this worker shares: the config, the metrics, the task board, the
 /// checkpoint service and the restore request handed over, if any.
-async fn worker_context(config: WorkerConfig) -> Result<WorkerContext, RunError> {
+async fn worker_context(
+    config: WorkerConfig,
+    processor: JobProcessor,
+) -> Result<WorkerContext, RunError> {
     let config = Arc::new(config);
     let metrics = WorkerMetrics::new();
     let board = TaskBoard::default();
@@ -119,6 +129,7 @@ async fn worker_context(config: WorkerConfig) -> Result<WorkerContext, RunError>
         tracing::info!(id = %request.id, checkpoint = ?request.checkpoint, source = ?request.source, "restore request handed over; each task applies it once");
     }
     Ok(WorkerContext {
+        processor: Arc::new(processor),
         restore_request,
         block_cache: BlockCache::new(config.state.rocksdb.block_cache_bytes),
         config,

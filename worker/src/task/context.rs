@@ -6,6 +6,7 @@ use crate::board::TaskBoard;
 use crate::checkpoint::CheckpointService;
 use crate::kafka_client::SharedAdmin;
 use crate::metrics::WorkerMetrics;
+use crate::processor::JobProcessor;
 use crate::store::BlockCache;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,6 +18,8 @@ use streamkeeper_contract::restore_request::RestoreRequestDocument;
 #[derive(Clone, Debug)]
 pub struct WorkerContext {
     pub config: Arc<WorkerConfig>,
+    /// The job's processor, resolved and checked before any task started.
+    pub processor: Arc<JobProcessor>,
     pub metrics: WorkerMetrics,
     pub board: TaskBoard,
     pub shutdown: Arc<AtomicBool>,

@@ -205,7 +205,6 @@ fn run_once(
     phase: &mut PhaseTracker,
 ) -> Result<(), TaskError> {
     phase.enter(TaskPhase::Restoring, None);
-    let config = &context.config;
     let (store, outcome) = open_store(context, task, store_slot)?;
     let mut loop_ = ActiveLoop::connect(context, task)?;
     loop_.promotion_step(Step::Claim);
@@ -215,7 +214,7 @@ fn run_once(
         .map(|service| service.task(task));
     restore::restore_task(context, task, store, outcome, &loop_)?;
     loop_.promotion_step(Step::CatchUp);
-    active::identity::check(task, store, &config.processor, &loop_)?;
+    active::identity::check(task, store, context.processor.identity(), &loop_)?;
     loop_.resume_input(store)?;
     loop_.promotion_step(Step::Input);
     phase.enter(TaskPhase::Running, None);

@@ -8,32 +8,42 @@
 //! state with no identity (new, or written before this rule) gets this job's.
 
 use super::processing_loop::ActiveLoop;
+use crate::processor::ProcessorIdentity;
 use crate::processor::keys;
 use crate::store::{ChangeSet, RocksStore, StateStore};
 use crate::task::TaskError;
-use streamkeeper_contract::worker_config::ProcessorConfig;
+use serde_json::Value;
 
 /// The encoding version of the stored identity: a version byte, then the processor config as
-/// JSON.
+/// JSON (a custom processor's with its declared `version` beside the config's fields).
 const IDENTITY_FORMAT_VERSION: u8 = 1;
 
-fn encode(config: &ProcessorConfig) -> Result<Vec<u8>, TaskError> {
-    let json = serde_json::to_vec(config)
+/// The stored JSON of `identity`.
+fn as_json(identity: &ProcessorIdentity) -> Value {
+    let mut json = identity.config.clone();
+    if let (Some(version), Value::Object(fields)) = (identity.version, &mut json) {
+        fields.insert("version".into(), version.into());
+    }
+    json
+}
+
+fn encode(identity: &ProcessorIdentity) -> Result<Vec<u8>, TaskError> {
+    let json = serde_json::to_vec(&as_json(identity))
         .map_err(|e| TaskError::Internal(format!("encoding the processor identity: {e}")))?;
     Ok([&[IDENTITY_FORMAT_VERSION][..], &json].concat())
 }
 
-fn decode(raw: &[u8]) -> Option<serde_json::Value> {
+fn decode(raw: &[u8]) -> Option<Value> {
     let (&version, json) = raw.split_first()?;
     (version == IDENTITY_FORMAT_VERSION)
         .then(|| serde_json::from_slice(json).ok())
         .flatten()
 }
 
-/// What the stored identity says about running `ours` on this state.
+/// What a stored identity says about running this job on the state (the input's too).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
-    /// Built by this processor config.
+    /// Built by this job's processor (input).
     Same,
     /// No identity yet: this job's is written.
     Unmarked,
@@ -41,62 +51,121 @@ pub enum Verdict {
     Other(String),
 }
 
+/// What the stored processor identity says about running `ours` on this state.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProcessorVerdict {
+    /// As [`Verdict`] says.
+    Is(Verdict),
+    /// Built by an older version of this custom processor, with the same config, whose state
+    /// this version declares it reads: this version's identity is written.
+    Adopted {
+        /// The version that built the state.
+        from: u64,
+    },
+}
+
 /// Compares the stored identity `stored` with `ours` (pure).
-pub fn judge(task: u32, stored: Option<&[u8]>, ours: &ProcessorConfig) -> Verdict {
+pub fn judge(task: u32, stored: Option<&[u8]>, ours: &ProcessorIdentity) -> ProcessorVerdict {
     let Some(stored) = stored else {
-        return Verdict::Unmarked;
+        return ProcessorVerdict::Is(Verdict::Unmarked);
     };
-    let ours_json = serde_json::to_value(ours).unwrap_or(serde_json::Value::Null);
-    match decode(stored) {
-        Some(theirs) if theirs == ours_json => Verdict::Same,
-        theirs => {
-            let theirs = theirs.map_or_else(|| "an unreadable identity".into(), |v| v.to_string());
-            Verdict::Other(format!(
-                "task {task}'s state was built by processor {theirs}, but this job runs {ours_json}: state of one processor cannot be read by another. Delete the old job's data (deletionPolicy: Delete), or give this job other topic names and S3 prefix"
-            ))
-        }
+    let ours_json = as_json(ours);
+    let theirs = decode(stored);
+    if theirs.as_ref() == Some(&ours_json) {
+        return ProcessorVerdict::Is(Verdict::Same);
     }
+    let mut their_config = theirs.clone().unwrap_or(Value::Null);
+    let their_version = match &mut their_config {
+        Value::Object(fields) => fields.remove("version").and_then(|v| v.as_u64()),
+        _ => None,
+    };
+    let hint = match (their_version, ours.version) {
+        (Some(from), Some(_)) if their_config == ours.config => {
+            if ours.reads_state_of.iter().any(|&v| u64::from(v) == from) {
+                return ProcessorVerdict::Adopted { from };
+            }
+            format!(
+                " If this version reads the state version {from} built, declare it in the processor's registration (reads_state_of([{from}]))."
+            )
+        }
+        _ => String::new(),
+    };
+    let theirs = theirs.map_or_else(|| "an unreadable identity".into(), |v| v.to_string());
+    ProcessorVerdict::Is(Verdict::Other(format!(
+        "task {task}'s state was built by processor {theirs}, but this job runs {ours_json}: state of one processor cannot be read by another.{hint} Delete the old job's data (deletionPolicy: Delete), or give this job other topic names and S3 prefix"
+    )))
 }
 
 /// Checks the state restored into `store` against the job's processor, writing the job's
-/// identity into a state that has none (in its own transaction, so it reaches the changelog).
+/// identity into a state that has none or that an older version built (in its own
+/// transaction, so it reaches the changelog).
 pub(in crate::task) fn check(
     task: u32,
     store: &mut RocksStore,
-    ours: &ProcessorConfig,
+    ours: &ProcessorIdentity,
     active: &ActiveLoop<'_>,
 ) -> Result<(), TaskError> {
     let stored = store.get(keys::PROCESSOR)?;
     match judge(task, stored.as_deref(), ours) {
-        Verdict::Same => Ok(()),
-        Verdict::Unmarked => {
-            let mut changes = ChangeSet::new();
-            changes.put(keys::PROCESSOR, encode(ours)?);
-            active.commit_changes(store, changes, super::sources::Positions::default())
+        ProcessorVerdict::Is(Verdict::Same) => Ok(()),
+        ProcessorVerdict::Is(Verdict::Unmarked) => record(store, ours, active),
+        ProcessorVerdict::Adopted { from } => {
+            tracing::info!(
+                task,
+                from,
+                to = ours.version,
+                "the state was built by an older version of the processor, which this one declares it reads: going on from it"
+            );
+            record(store, ours, active)
         }
-        Verdict::Other(reason) => Err(TaskError::ProcessorMismatch(reason)),
+        ProcessorVerdict::Is(Verdict::Other(reason)) => Err(TaskError::ProcessorMismatch(reason)),
     }
+}
+
+fn record(
+    store: &mut RocksStore,
+    ours: &ProcessorIdentity,
+    active: &ActiveLoop<'_>,
+) -> Result<(), TaskError> {
+    let mut changes = ChangeSet::new();
+    changes.put(keys::PROCESSOR, encode(ours)?);
+    active.commit_changes(store, changes, super::sources::Positions::default())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use streamkeeper_contract::worker_config::ProcessorKind;
+    use std::collections::BTreeSet;
 
-    fn count(key_field: &str) -> ProcessorConfig {
-        ProcessorConfig {
-            key_field: key_field.into(),
-            time_field: None,
-            kind: ProcessorKind::Count,
+    fn count(key_field: &str) -> ProcessorIdentity {
+        ProcessorIdentity {
+            config: serde_json::json!({"keyField": key_field, "kind": "count"}),
+            version: None,
+            reads_state_of: BTreeSet::new(),
+        }
+    }
+
+    fn custom(version: u32, reads: &[u32], threshold: u32) -> ProcessorIdentity {
+        ProcessorIdentity {
+            config: serde_json::json!({"keyField": "card", "kind": "custom", "name": "velocity-check", "config": {"threshold": threshold}}),
+            version: Some(version),
+            reads_state_of: reads.iter().copied().collect(),
         }
     }
 
     #[test]
     fn the_same_config_is_the_same_and_another_is_named() {
         let stored = encode(&count("card")).unwrap();
-        assert_eq!(judge(0, Some(&stored), &count("card")), Verdict::Same);
-        assert_eq!(judge(0, None, &count("card")), Verdict::Unmarked);
-        let Verdict::Other(reason) = judge(4, Some(&stored), &count("user")) else {
+        assert_eq!(
+            judge(0, Some(&stored), &count("card")),
+            ProcessorVerdict::Is(Verdict::Same)
+        );
+        assert_eq!(
+            judge(0, None, &count("card")),
+            ProcessorVerdict::Is(Verdict::Unmarked)
+        );
+        let ProcessorVerdict::Is(Verdict::Other(reason)) = judge(4, Some(&stored), &count("user"))
+        else {
             panic!("must differ");
         };
         assert!(reason.contains("task 4"), "{reason}");
@@ -104,9 +173,57 @@ mod tests {
             reason.contains("\"card\"") && reason.contains("\"user\""),
             "{reason}"
         );
-        let Verdict::Other(reason) = judge(0, Some(b"\x09junk"), &count("card")) else {
+        let ProcessorVerdict::Is(Verdict::Other(reason)) =
+            judge(0, Some(b"\x09junk"), &count("card"))
+        else {
             panic!("an unknown version is not ours");
         };
         assert!(reason.contains("unreadable"), "{reason}");
+    }
+
+    #[test]
+    fn a_built_in_identity_is_stored_as_before_custom_processors() {
+        // A state written before custom processors holds the config's JSON alone.
+        let before = [&[1u8][..], br#"{"keyField":"card","kind":"count"}"#].concat();
+        assert_eq!(
+            judge(0, Some(&before), &count("card")),
+            ProcessorVerdict::Is(Verdict::Same)
+        );
+    }
+
+    #[test]
+    fn a_new_version_reads_an_old_state_only_when_it_declares_it() {
+        let stored = encode(&custom(1, &[], 3)).unwrap();
+        assert_eq!(
+            judge(0, Some(&stored), &custom(1, &[], 3)),
+            ProcessorVerdict::Is(Verdict::Same)
+        );
+        assert_eq!(
+            judge(0, Some(&stored), &custom(2, &[1], 3)),
+            ProcessorVerdict::Adopted { from: 1 }
+        );
+        let ProcessorVerdict::Is(Verdict::Other(reason)) =
+            judge(2, Some(&stored), &custom(2, &[], 3))
+        else {
+            panic!("an undeclared version must not read the state");
+        };
+        assert!(
+            reason.contains("\"version\":1") && reason.contains("\"version\":2"),
+            "{reason}"
+        );
+        assert!(reason.contains("reads_state_of([1])"), "{reason}");
+        // Another config is another processor, whatever the versions declare.
+        let ProcessorVerdict::Is(Verdict::Other(reason)) =
+            judge(0, Some(&stored), &custom(2, &[1], 5))
+        else {
+            panic!("another config must not read the state");
+        };
+        assert!(!reason.contains("reads_state_of"), "{reason}");
+        // A built-in processor's state is no custom processor's.
+        let counted = encode(&count("card")).unwrap();
+        assert!(matches!(
+            judge(0, Some(&counted), &custom(1, &[], 3)),
+            ProcessorVerdict::Is(Verdict::Other(_))
+        ));
     }
 }

@@ -15,7 +15,6 @@ use crate::checkpoint::TaskCheckpoints;
 use crate::failpoint;
 use crate::kafka_client;
 use crate::metrics::{ReasonLabel, TaskLabel};
-use crate::processor::config::ProcessorConfig;
 use crate::processor::{Pipeline, ProcessError, ProcessOutput, RawInput, Side};
 use crate::store::{ChangeSet, Overlay, RocksStore, StateStore, TaskMetadata};
 use crate::task::changelog::changelog_consumer;
@@ -78,8 +77,9 @@ impl<'a> ActiveLoop<'a> {
         let input: BaseConsumer = input_config
             .create()
             .map_err(|e| TaskError::kafka("creating the input consumer", e))?;
-        let processor_config = ProcessorConfig::from(&config.processor);
-        let pipeline = Pipeline::from_config(&processor_config)
+        let pipeline = context
+            .processor
+            .pipeline()
             .map_err(|e| TaskError::Internal(format!("processor config: {e}")))?;
         Ok(Self {
             context,
