@@ -1,12 +1,16 @@
 # syntax=docker/dockerfile:1.7
 # The streamkeeper images, from one build of the workspace:
-#   docker build --target operator -t streamkeeper/operator:0.1.0 .
-#   docker build --target worker   -t streamkeeper/worker:0.1.0 .
-# (scripts/images.sh builds, loads and pushes both, multi-arch with buildx.) Both targets share the
-# builder stage, so the second build reuses the first one's compile.
+#   docker build --target operator       -t streamkeeper/operator:0.1.0 .
+#   docker build --target worker         -t streamkeeper/worker:0.1.0 .
+#   docker build --target velocity-check -t streamkeeper/velocity-check:0.1.0 .
+# The third is examples/custom-processor: a user's own worker build (the stock worker plus a
+# processor of its own), built here so the example's image is known to build and start.
+# (scripts/images.sh builds, loads and pushes the first two by default, the example when named,
+# multi-arch with buildx.) All targets share the builder stage, so a later build reuses the first
+# one's compile.
 #
 # RocksDB and librdkafka are C/C++ built from source by their crates; the runtime stage carries
-# the shared libraries the binaries link against (tests/chart.rs checks the list with ldd).
+# the shared libraries the binaries link against (tests/images.rs checks the list with ldd).
 
 ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
@@ -21,19 +25,21 @@ RUN apt-get update \
 WORKDIR /src
 # Dependency layer: the manifests and stub sources only, so a change to our own code does not
 # rebuild RocksDB and librdkafka. Every target a manifest declares needs a stub file, or cargo
-# refuses the manifest (tests/chart.rs checks this list against `cargo metadata`).
+# refuses the manifest (tests/images.rs checks this list against `cargo metadata`).
 COPY Cargo.toml Cargo.lock ./
 COPY contract/Cargo.toml contract/
 COPY failpoint/Cargo.toml failpoint/
 COPY kafka-topic-id/Cargo.toml kafka-topic-id/
 COPY worker/Cargo.toml worker/
+COPY examples/custom-processor/Cargo.toml examples/custom-processor/
 COPY test-tools/local-node/Cargo.toml test-tools/local-node/
 COPY test-tools/test-support/Cargo.toml test-tools/test-support/
 RUN for stub in src/lib.rs contract/src/lib.rs failpoint/src/lib.rs kafka-topic-id/src/lib.rs \
-      worker/src/lib.rs test-tools/test-support/src/lib.rs; do \
+      worker/src/lib.rs examples/custom-processor/src/lib.rs test-tools/test-support/src/lib.rs; do \
       mkdir -p "$(dirname "$stub")" && : > "$stub"; \
     done \
- && for stub in src/main.rs worker/src/main.rs test-tools/local-node/src/main.rs \
+ && for stub in src/main.rs worker/src/main.rs examples/custom-processor/src/main.rs \
+      test-tools/local-node/src/main.rs \
       worker/benches/worker.rs worker/benches/join.rs worker/benches/checkpoint_restore.rs \
       worker/benches/checkpoint_overhead.rs \
       benches/failover.rs benches/warmup.rs contract/benches/assignment.rs; do \
@@ -41,16 +47,20 @@ RUN for stub in src/lib.rs contract/src/lib.rs failpoint/src/lib.rs kafka-topic-
     done
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
-    cargo build --release --locked --bin streamkeeper-operator --bin streamkeeper-worker
+    cargo build --release --locked --bin streamkeeper-operator --bin streamkeeper-worker \
+      --bin velocity-check
 # Our sources. COPY keeps the files' own times, which may be older than the stub build: touch
 # them so cargo rebuilds our crates instead of keeping the stubs.
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
-    find src contract/src failpoint/src kafka-topic-id/src worker/src test-tools/local-node/src -name '*.rs' -exec touch {} + \
+    find src contract/src failpoint/src kafka-topic-id/src worker/src examples/custom-processor/src \
+      test-tools/local-node/src -name '*.rs' -exec touch {} + \
  && cargo build --release --locked --bin streamkeeper-operator --bin streamkeeper-worker \
+      --bin velocity-check \
  && mkdir -p /out \
- && cp target/release/streamkeeper-operator target/release/streamkeeper-worker /out/
+ && cp target/release/streamkeeper-operator target/release/streamkeeper-worker \
+      target/release/velocity-check /out/
 
 # Debian slim of the builder's release, so the libraries match what the binaries were linked
 # against. distroless/cc has no libcurl or libsasl2, which librdkafka links.
@@ -95,4 +105,19 @@ USER 65532:65532
 VOLUME ["/var/lib/streamkeeper"]
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/streamkeeper-worker"]
+CMD ["run", "--config", "/etc/streamkeeper/config/worker.yaml"]
+
+# examples/custom-processor: the worker as a user builds it with a processor of their own, which a
+# job runs by its spec.image. The operator's pods give only the arguments (run --config ...), so
+# this is the worker stage with another ENTRYPOINT: the same state volume, user and port.
+FROM runtime AS velocity-check
+LABEL org.opencontainers.image.title="streamkeeper-example-velocity-check" \
+      org.opencontainers.image.description="streamkeeper worker with the velocity-check example processor"
+COPY --from=builder /out/velocity-check /usr/local/bin/velocity-check
+USER 0:0
+RUN mkdir -p /var/lib/streamkeeper && chown 65532:65532 /var/lib/streamkeeper
+USER 65532:65532
+VOLUME ["/var/lib/streamkeeper"]
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/velocity-check"]
 CMD ["run", "--config", "/etc/streamkeeper/config/worker.yaml"]

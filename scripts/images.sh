@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Builds and publishes the operator and worker images from ./Dockerfile, make-style:
 #
-#   scripts/images.sh build      both images for this machine's platform, loaded into the local engine
-#   scripts/images.sh push       both images for $PLATFORMS, pushed to $REGISTRY (docker buildx)
-#   scripts/images.sh names      print the two image references
+#   scripts/images.sh build [target...]   for this machine's platform, loaded into the local engine
+#   scripts/images.sh push [target...]    for $PLATFORMS, pushed to $REGISTRY (docker buildx)
+#   scripts/images.sh names [target...]   print the image references, one a line
+#
+# Targets are the Dockerfile's: operator and worker (the default), and velocity-check, the
+# example worker build with a processor of its own (examples/custom-processor), only when named:
+# it is an example, not a streamkeeper release image.
 #
 # REGISTRY (default: streamkeeper, i.e. streamkeeper/operator), VERSION (default: the workspace
 # version in Cargo.toml), PLATFORMS (default: linux/amd64,linux/arm64) select what is built.
@@ -17,6 +21,7 @@ PLATFORMS="${PLATFORMS:-linux/amd64,linux/arm64}"
 REVISION="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
 CREATED="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 TARGETS=(operator worker)
+KNOWN_TARGETS=(operator worker velocity-check)
 
 image() { echo "$REGISTRY/$1:$VERSION"; }
 
@@ -50,9 +55,19 @@ push() {
   done
 }
 
-case "${1:-}" in
+usage="usage: $0 build|push|names [${KNOWN_TARGETS[*]}...]"
+verb="${1:-}"
+shift || true
+if (($#)); then
+  TARGETS=()
+  for target in "$@"; do
+    [[ " ${KNOWN_TARGETS[*]} " == *" $target "* ]] || die "unknown target $target; $usage"
+    TARGETS+=("$target")
+  done
+fi
+case "$verb" in
   build) build ;;
   push) push ;;
   names) for target in "${TARGETS[@]}"; do image "$target"; done ;;
-  *) die "usage: $0 build|push|names" ;;
+  *) die "$usage" ;;
 esac

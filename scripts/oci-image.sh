@@ -7,12 +7,17 @@
 #       --profile debug|release   which cargo build's binaries (default debug, what the tests build)
 #       --bin-dir DIR             take the binaries from DIR instead
 #       --out-dir DIR             write the archives there (default $SK_CACHE/images/out)
-#   scripts/oci-image.sh names                   the image references (scripts/images.sh names)
-#   scripts/oci-image.sh paths [--out-dir DIR]   the archives, one a line, in the names' order
-#   scripts/oci-image.sh check [--out-dir DIR]   import both into a private containerd (own root,
-#                                                state and socket under /tmp) and run each binary's
-#                                                --help inside, as the image's user, on a read-only
-#                                                root; stops what it started
+#   scripts/oci-image.sh names [target...]       the image references (scripts/images.sh names)
+#   scripts/oci-image.sh paths [--out-dir DIR] [target...]   the archives, one a line, in the
+#                                                names' order
+#   scripts/oci-image.sh check [--out-dir DIR] [target...]   import them into a private containerd
+#                                                (own root, state and socket under /tmp) and run
+#                                                each binary's --help inside, as the image's user,
+#                                                on a read-only root; stops what it started
+#
+# Targets: operator, worker, and velocity-check (examples/custom-processor, the worker with a
+# processor of its own; binary velocity-check). The example is built only when named: the
+# end-to-end scenario loads every default archive into its node and does not run it.
 #
 # scripts/oci_image.py does the work from ./Dockerfile alone: the runtime stage becomes a
 # debootstrap'd Debian (the stage's FROM release, minbase) on which the stage's own RUN runs in a
@@ -37,6 +42,7 @@ OUT_DIR="$IMAGES/out"
 PROFILE=debug
 BIN_DIR=""
 TARGETS=(operator worker)
+KNOWN_TARGETS=(operator worker velocity-check)
 REVISION="${REVISION:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
 CREATED="${CREATED:-$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null \
   || echo 1970-01-01T00:00:00Z)}"
@@ -56,8 +62,16 @@ name() {
   local line
   while IFS= read -r line; do
     [[ $line == */"$1":* ]] && { echo "$line"; return 0; }
-  done < <(scripts/images.sh names)
+  done < <(scripts/images.sh names "$1")
   die "scripts/images.sh names prints no image for target $1"
+}
+
+# binary <target>: the binary the target's stage copies from the builder's /out (its ENTRYPOINT).
+binary() {
+  case $1 in
+    velocity-check) echo velocity-check ;;
+    *) echo "streamkeeper-$1" ;;
+  esac
 }
 
 archive() { local ref; ref=$(name "$1"); echo "$OUT_DIR/$1-${ref##*:}.oci.tar"; }
@@ -73,9 +87,10 @@ build() {
   install
   mkdir -p "$OUT_DIR"
   for target in "${TARGETS[@]}"; do
-    local ref start=$SECONDS
+    local ref bin start=$SECONDS
     ref=$(name "$target")
-    [[ -f $bin_dir/streamkeeper-$target ]] || die "$bin_dir/streamkeeper-$target is missing: build" \
+    bin=$(binary "$target")
+    [[ -f $bin_dir/$bin ]] || die "$bin_dir/$bin is missing: build" \
       "it first (cargo build --workspace, with --release for the release profile)"
     # The Dockerfile's builder stage leaves the binaries in /out: here cargo's output stands for it.
     python3 -B scripts/oci_image.py --dockerfile Dockerfile --target "$target" --name "$ref" \
@@ -96,16 +111,17 @@ check() {
   start_containerd
   trap stop_containerd EXIT
   for target in "${TARGETS[@]}"; do
-    local ref file
+    local ref file bin
     ref=$(name "$target")
     file=$(archive "$target")
+    bin=$(binary "$target")
     [[ -f $file ]] || die "$file is missing: run $0 build"
     pctr images import "$file" || die "importing $file failed"
     # ctr 1.6 has no --user: the process runs as the image config's User, which this prints.
     # shellcheck disable=SC2016 # expanded in the container
     pctr run --rm --read-only "$(full_name "$ref")" "sk-check-$target" \
       /bin/sh -c 'echo "running as $(id -u):$(id -g)"; exec "$0" --help' \
-      "/usr/local/bin/streamkeeper-$target" || die "streamkeeper-$target --help failed in $ref"
+      "/usr/local/bin/$bin" || die "$bin --help failed in $ref"
   done
   pctr images ls
 }
@@ -117,8 +133,8 @@ while (($#)); do
     --profile) PROFILE="${2:?--profile needs debug or release}"; shift 2 ;;
     --bin-dir) BIN_DIR="${2:?--bin-dir needs a folder}"; shift 2 ;;
     --out-dir) OUT_DIR="${2:?--out-dir needs a folder}"; shift 2 ;;
-    operator|worker) [[ ${picked:-} ]] || TARGETS=(); picked=1; TARGETS+=("$1"); shift ;;
-    *) die "unknown argument $1 (targets: operator worker)" ;;
+    operator|worker|velocity-check) [[ ${picked:-} ]] || TARGETS=(); picked=1; TARGETS+=("$1"); shift ;;
+    *) die "unknown argument $1 (targets: ${KNOWN_TARGETS[*]})" ;;
   esac
 done
 case "$verb" in
@@ -127,5 +143,5 @@ case "$verb" in
   names) for target in "${TARGETS[@]}"; do name "$target"; done ;;
   paths) for target in "${TARGETS[@]}"; do archive "$target"; done ;;
   check) check ;;
-  *) die "usage: $0 install|build|names|paths|check [--profile debug|release] [--bin-dir DIR] [--out-dir DIR] [operator|worker...]" ;;
+  *) die "usage: $0 install|build|names|paths|check [--profile debug|release] [--bin-dir DIR] [--out-dir DIR] [operator|worker|velocity-check...]" ;;
 esac

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Builds one target of a Dockerfile as an OCI image layout archive, without a Docker engine.
 
-scripts/oci-image.sh (our operator and worker) and tests/e2e/images.sh (the stand-ins for the
-e2e scenario's Kafka and SeaweedFS) call this; they pick names, paths and the folders below.
+scripts/oci-image.sh (our operator, worker and example worker build) and tests/e2e/images.sh (the
+stand-ins for the e2e scenario's Kafka and SeaweedFS) call this; they pick names, paths and the
+folders below.
 The Dockerfile is the only recipe (scripts/oci_dockerfile.py reads it): the target's chain of
 stages must start FROM debian:<release>-slim, which becomes a debootstrap'd rootfs with the slim
 image's minimizing config on which the first stage's own RUN steps run in a chroot, with its

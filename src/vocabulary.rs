@@ -35,6 +35,9 @@ pub mod reasons {
     // Invalid
     pub const SPEC_VALID: &str = "SpecValid";
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// The workers refused the config the spec makes (a processor their image does not offer,
+    /// settings the processor refuses); the message names the pod and the worker's reason.
+    pub const CONFIG_REFUSED: &str = "ConfigRefused";
     // Ready
     pub const ALL_TASKS_RUNNING: &str = "AllTasksRunning";
     pub const TASKS_NOT_RUNNING: &str = "TasksNotRunning";

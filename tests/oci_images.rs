@@ -1,11 +1,13 @@
 //! The images `scripts/oci-image.sh` builds without a Docker engine (OCI archives for
-//! containerd) against `Dockerfile`: each archive is a valid OCI layout (every blob matches its
-//! digest, every layer its diff_id), named as `scripts/images.sh names` says, and its config
-//! (User, Entrypoint, Cmd, ExposedPorts, Volumes, Labels with the build's ARGs) is the one the
-//! Dockerfile's runtime and target stages give; its runtime layer has the runtime stage's
-//! packages and nothing else beyond Debian's minimal base; its last layer holds only the binary.
-//! The builder reads the Dockerfile itself, so this fails when the builder misreads it.
-//! Needs root and Debian's mirror on a cold cache (debootstrap; about 1.5 min), seconds after.
+//! containerd) against `Dockerfile`: the operator, the worker and the example worker build with a
+//! processor of its own (`examples/custom-processor`, target `velocity-check`). Each archive is a
+//! valid OCI layout (every blob matches its digest, every layer its diff_id), named as
+//! `scripts/images.sh names` says, and its config (User, Entrypoint, Cmd, ExposedPorts, Volumes,
+//! Labels with the build's ARGs) is the one the Dockerfile's runtime and target stages give; its
+//! runtime layer has the runtime stage's packages and nothing else beyond Debian's minimal base;
+//! its last layer holds only the binary. The builder reads the Dockerfile itself, so this fails
+//! when the builder misreads it. Needs root and Debian's mirror on a cold cache (debootstrap;
+//! about 1.5 min), seconds after.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod oci_support;
@@ -19,9 +21,17 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
+/// The image targets and the binary each one's stage copies and starts.
+const TARGETS: [(&str, &str); 3] = [
+    ("operator", "streamkeeper-operator"),
+    ("worker", "streamkeeper-worker"),
+    ("velocity-check", "velocity-check"),
+];
+
 fn publish_names() -> Vec<String> {
     let output = Command::new(Path::new(ROOT).join("scripts/images.sh"))
         .arg("names")
+        .args(TARGETS.map(|(target, _)| target))
         .output()
         .unwrap();
     assert!(output.status.success());
@@ -35,20 +45,26 @@ fn the_images_built_without_docker_have_the_dockerfiles_config_and_runtime_packa
     let runtime = &stages["runtime"];
     let out = tempfile::tempdir().unwrap();
     let (revision, created) = ("test-revision", "2001-02-03T04:05:06Z");
-    // The worker is a sibling of the operator (cargo builds the workspace's binaries first).
+    // The other packages' binaries are siblings of the operator (cargo builds the workspace's
+    // binaries first).
     let bin_dir = Path::new(env!("CARGO_BIN_EXE_streamkeeper-operator"))
         .parent()
         .unwrap();
-    assert!(
-        bin_dir.join("streamkeeper-worker").exists(),
-        "run `cargo build --workspace` first"
-    );
+    for (_, binary) in TARGETS {
+        assert!(
+            bin_dir.join(binary).exists(),
+            "{binary} is missing: run `cargo build --workspace` first"
+        );
+    }
+    // Named: the example is not one of the default targets (the end-to-end scenario loads every
+    // default archive into its node).
     let status = Command::new(Path::new(ROOT).join("scripts/oci-image.sh"))
         .arg("build")
         .arg("--bin-dir")
         .arg(bin_dir)
         .arg("--out-dir")
         .arg(out.path())
+        .args(TARGETS.map(|(target, _)| target))
         .env("REVISION", revision)
         .env("CREATED", created)
         .status()
@@ -68,11 +84,9 @@ fn the_images_built_without_docker_have_the_dockerfiles_config_and_runtime_packa
         args.insert(name.to_string(), value.to_string());
     }
     let mut runtime_layers = BTreeSet::new();
-    let targets = [
-        ("operator", "streamkeeper-operator"),
-        ("worker", "streamkeeper-worker"),
-    ];
-    for ((target, binary), name) in targets.into_iter().zip(publish_names()) {
+    let names = publish_names();
+    assert_eq!(names.len(), TARGETS.len(), "{names:?}");
+    for ((target, binary), name) in TARGETS.into_iter().zip(names) {
         let dir = tempfile::tempdir().unwrap();
         let archive = out.path().join(format!("{target}-{version}.oci.tar"));
         let (index, manifest, config) = oci_archive(&archive, dir.path());
@@ -121,7 +135,7 @@ fn the_images_built_without_docker_have_the_dockerfiles_config_and_runtime_packa
         let found = config.get("Volumes").cloned().unwrap_or(json!({}));
         assert_eq!(found, Value::Object(volumes), "{target}");
 
-        // The runtime layer comes first (the same in both), the binary alone last.
+        // The runtime layer comes first (the same in all), the binary alone last.
         let layers = manifest["layers"].as_array().unwrap();
         runtime_layers.insert(layers[0]["digest"].to_string());
         let files = layer_files(&blob(dir.path(), &layers[layers.len() - 1]["digest"]));

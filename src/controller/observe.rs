@@ -3,11 +3,12 @@
 //! contract's rule over the S3 manifests and the changelog's offsets) and the input partitions'
 //! log-start offsets (from Kafka), judged by the pure rules of [`crate::retention`] into
 //! `CheckpointStale` and `RecoveryGap`; and what the worker pods report about their tasks
-//! (`GET /v1/tasks`).
+//! (`GET /v1/tasks`) and whether one refused its config (its termination).
 
 use crate::adapters::kafka_admin::KafkaAdmin;
 use crate::adapters::worker_client;
 use crate::controller::ValidatedJob;
+use crate::controller::judge::worker_refusal::{WorkerRefusal, worker_refusal};
 use crate::controller::read_facts::{checkpoint_reader, job_pods};
 use crate::controller::{Context, ReconcileError};
 use crate::k8s::names;
@@ -20,13 +21,19 @@ use streamkeeper_contract::checkpoint_choice::{self, ChangelogRange};
 /// How long a worker may take to answer `GET /v1/tasks`; a slower one counts as silent.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Each running worker pod's task reports. A pod that does not answer reports nothing, so its
-/// tasks show no owner until it does.
-pub async fn worker_reports(
-    ctx: &Context,
-    job: &ValidatedJob,
-) -> Result<Vec<(String, Vec<TaskReport>)>, ReconcileError> {
+/// What the worker pods say: each running pod's task reports, and a pod's refusal of the job's
+/// config, if one refused it.
+pub struct WorkerFacts {
+    pub reports: Vec<(String, Vec<TaskReport>)>,
+    pub refusal: Option<WorkerRefusal>,
+}
+
+/// Each running worker pod's task reports (a pod that does not answer reports nothing, so its
+/// tasks show no owner until it does), and a worker's refusal of its config, from the pods'
+/// container statuses.
+pub async fn workers(ctx: &Context, job: &ValidatedJob) -> Result<WorkerFacts, ReconcileError> {
     let pods = job_pods(ctx, job).await?;
+    let refusal = worker_refusal(&pods);
     let port = u16::try_from(names::HTTP_PORT).unwrap_or(8080);
     let calls = pods.iter().filter_map(|pod| {
         let status = pod.status.as_ref()?;
@@ -45,11 +52,12 @@ pub async fn worker_reports(
             }
         })
     });
-    Ok(futures::future::join_all(calls)
+    let reports = futures::future::join_all(calls)
         .await
         .into_iter()
         .flatten()
-        .collect())
+        .collect();
+    Ok(WorkerFacts { reports, refusal })
 }
 
 /// What S3 and Kafka say about the job's checkpoints, for the judge

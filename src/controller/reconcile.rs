@@ -261,7 +261,8 @@ async fn run_pipeline(
         now_ms(),
     );
     // What the workers say about their tasks.
-    let reports = observe::worker_reports(ctx, &validated).await?;
+    let workers = observe::workers(ctx, &validated).await?;
+    let reports = workers.reports;
     let (desired_pods, ready_pods) = pod_counts(&stateful_set);
     let recheck = judge::tasks(
         observation,
@@ -277,6 +278,10 @@ async fn run_pipeline(
             partitions_changed: partitions_changed.as_ref(),
         },
     );
+    // A worker's refusal of the config outweighs what the tasks say: none can run.
+    if let Some(refusal) = &workers.refusal {
+        judge::worker_refusal::refused_by_worker(observation, refusal);
+    }
     // A drain for a scale-down is watched at the rolling upgrade's pace.
     Ok(match pods_kept {
         Some(_) => recheck.min(ROLLING_RECHECK),

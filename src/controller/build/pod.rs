@@ -187,6 +187,10 @@ fn container(job: &ValidatedJob) -> Container {
             ..SecurityContext::default()
         }),
         volume_mounts: Some(volume_mounts(job)),
+        // A worker that refuses its config (a processor its image does not offer, settings the
+        // processor refuses) exits with EX_CONFIG and the reason as its last line: kept as the
+        // termination message, which the operator shows in `Invalid` (`judge::worker_refusal`).
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Container::default()
     }
 }

@@ -1,6 +1,6 @@
 //! Each task's status from what the workers report on `GET /v1/tasks` (owner, standbys, phase,
 //! lag, restore progress, the restore request its state has applied), merged with its newest
-//! checkpoint from S3. Pure: the reconcile fetches the reports (`observe::worker_reports`).
+//! checkpoint from S3. Pure: the reconcile fetches the reports (`observe::workers`).
 //!
 //! A task can be reported by more than one pod for a moment (a new owner restoring while the
 //! old one is being fenced); the owner is the pod whose active copy is furthest along (Running

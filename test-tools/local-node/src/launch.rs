@@ -64,6 +64,9 @@ pub struct ContainerPlan {
     pub working_dir: Option<PathBuf>,
     pub readiness: Option<HttpProbe>,
     pub liveness: Option<HttpProbe>,
+    /// `terminationMessagePolicy: FallbackToLogsOnError`: a failed run's termination message
+    /// is the tail of its log.
+    pub message_from_log: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -505,6 +508,8 @@ fn container_plan(
         env,
         readiness: probe_plan(container.readiness_probe.as_ref(), container)?,
         liveness: probe_plan(container.liveness_probe.as_ref(), container)?,
+        message_from_log: container.termination_message_policy.as_deref()
+            == Some("FallbackToLogsOnError"),
     })
 }
 

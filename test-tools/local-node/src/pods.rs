@@ -110,12 +110,12 @@ impl ContainerRun {
             }
             Err(error) => {
                 tracing::warn!(container = %self.plan.name, %error, "container did not start");
-                self.exited(127, "StartError", started_at);
+                self.exited(127, "StartError", started_at, error.to_string());
             }
         }
     }
 
-    fn exited(&mut self, exit_code: i32, reason: &str, started_at: String) {
+    fn exited(&mut self, exit_code: i32, reason: &str, started_at: String, message: String) {
         self.child = None;
         self.ready = false;
         self.state = ContainerState::Terminated {
@@ -123,6 +123,7 @@ impl ContainerRun {
             reason: reason.into(),
             started_at,
             finished_at: now(),
+            message,
         };
     }
 
@@ -163,7 +164,14 @@ impl PodRun {
                 };
                 tracing::warn!(pod = %self.name, container = %container.plan.name, code, "container exited");
                 let reason = if code == 0 { "Completed" } else { "Error" };
-                container.exited(code, reason, started_at);
+                let message = if code != 0 && container.plan.message_from_log {
+                    std::fs::read(&container.log)
+                        .map(|log| crate::status::log_tail(&log))
+                        .unwrap_or_default()
+                } else {
+                    String::new()
+                };
+                container.exited(code, reason, started_at, message);
                 let restarts = match policy.as_str() {
                     "Never" => false,
                     "OnFailure" => code != 0,

@@ -16,6 +16,8 @@ pub enum ContainerState {
         reason: String,
         started_at: String,
         finished_at: String,
+        /// The termination message (empty: none).
+        message: String,
     },
 }
 
@@ -49,11 +51,26 @@ fn state_json(state: &ContainerState) -> Value {
             reason,
             started_at,
             finished_at,
-        } => json!({
-            "terminated": { "exitCode": exit_code, "reason": reason,
-                            "startedAt": started_at, "finishedAt": finished_at }
-        }),
+            message,
+        } => {
+            let mut terminated = json!({ "exitCode": exit_code, "reason": reason,
+                                         "startedAt": started_at, "finishedAt": finished_at });
+            if !message.is_empty() {
+                terminated["message"] = json!(message);
+            }
+            json!({ "terminated": terminated })
+        }
     }
+}
+
+/// What the kubelet keeps of a failed container's log as its termination message under
+/// `FallbackToLogsOnError`: the last 80 lines, at most the last 2048 bytes of them.
+pub fn log_tail(log: &[u8]) -> String {
+    const MAX_BYTES: usize = 2048;
+    const MAX_LINES: usize = 80;
+    let text = String::from_utf8_lossy(&log[log.len().saturating_sub(MAX_BYTES)..]);
+    let lines: Vec<&str> = text.trim_end_matches('\n').lines().collect();
+    lines[lines.len().saturating_sub(MAX_LINES)..].join("\n")
 }
 
 /// Pod phase: Running while a container runs or will be restarted; Succeeded or Failed once
@@ -176,7 +193,36 @@ mod tests {
             reason: "Completed".into(),
             started_at: "a".into(),
             finished_at: "b".into(),
+            message: String::new(),
         }
+    }
+
+    #[test]
+    fn a_log_tail_is_its_last_80_lines_within_2048_bytes() {
+        assert_eq!(
+            log_tail(b"first\nrefusing to start: bad\n"),
+            "first\nrefusing to start: bad"
+        );
+        let many: String = (0..100).map(|i| format!("{i}\n")).collect();
+        let tail = log_tail(many.as_bytes());
+        assert_eq!(tail.lines().count(), 80);
+        assert!(tail.starts_with("20\n") && tail.ends_with("99"), "{tail}");
+        let long = format!("{}\nlast", "x".repeat(5000));
+        assert!(log_tail(long.as_bytes()).len() <= 2048);
+        assert!(log_tail(long.as_bytes()).ends_with("\nlast"));
+        let message = state_json(&ContainerState::Terminated {
+            exit_code: 78,
+            reason: "Error".into(),
+            started_at: "a".into(),
+            finished_at: "b".into(),
+            message: "refusing to start: bad".into(),
+        });
+        assert_eq!(message["terminated"]["message"], "refusing to start: bad");
+        assert!(
+            state_json(&terminated(1))["terminated"]
+                .get("message")
+                .is_none()
+        );
     }
 
     #[test]

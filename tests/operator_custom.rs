@@ -1,0 +1,259 @@
+//! A job running a processor of the user's own worker build (`examples/custom-processor`: a
+//! per-card velocity check), through the whole system: the operator binary, the local node
+//! agent running that build's binary as the job's image, the real apiserver, Kafka and S3.
+//!
+//! Exactly once: three pods with one standby per task; input flows while the owner of task 0
+//! is killed with kill -9 (its standby takes over), and then the owner of task 1 is frozen, its
+//! volume wiped and the process killed (it comes back with nothing on disk and rebuilds its
+//! copies from the checkpoints and the changelog). Every transaction is answered exactly once,
+//! and each answer is the one the card's transactions before it give: state lost or applied
+//! twice would change the counts.
+//!
+//! A config only the worker can judge: a job naming `velocity-check` on the stock worker image
+//! shows `Invalid` (`ConfigRefused`) with the worker's reason, as does a config the processor
+//! refuses; the fixed spec runs and its output is exact.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
+
+mod operator_support;
+
+use kube::api::Api;
+use operator_support::cards::{committed_values, sibling_binary};
+use operator_support::failover::*;
+use operator_support::patch_spec;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use streamkeeper::api::StatefulStreamJob;
+
+const IMAGE: &str = "streamkeeper/velocity-check:test";
+const MAX_TRANSACTIONS: usize = 3;
+const WINDOW_MS: i64 = 60_000;
+
+fn velocity_spec(image: &str, max_transactions: usize) -> serde_json::Value {
+    serde_json::json!({
+        "image": image,
+        "processor": {
+            "type": "custom",
+            "keyField": "card",
+            "timeField": "ts",
+            "custom": {
+                "name": "velocity-check",
+                "config": {"maxTransactions": max_transactions, "windowMinutes": WINDOW_MS / 60_000},
+            },
+        },
+    })
+}
+
+/// The node agent runs the example's binary for [`IMAGE`].
+fn image_args() -> Vec<String> {
+    vec![
+        "--image".into(),
+        format!(
+            "streamkeeper/velocity-check={}",
+            sibling_binary("velocity-check").display()
+        ),
+    ]
+}
+
+async fn start(
+    prefix: &str,
+    address: u8,
+    pods: (i32, i32),
+    events: u32,
+    spec: serde_json::Value,
+) -> System {
+    let args = image_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    System::start_with_node_args(prefix, address, &[None], pods, events, spec, &args).await
+}
+
+/// `Some` once the committed output answers each of the `events` transactions exactly once,
+/// each answer the one the card's earlier transactions give (in the order the card's partition
+/// holds them); `None` while answers are missing. An answer twice, or a wrong one, fails at once.
+fn exact_velocity_output(output: &str, events: u32) -> Option<()> {
+    let mut seen = vec![false; events as usize];
+    let mut times: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for answer in committed_values(output, PARTITIONS) {
+        let transaction = &answer["transaction"];
+        let n = transaction["n"].as_u64().unwrap() as usize;
+        assert!(!seen[n], "transaction {n} answered twice: {answer}");
+        seen[n] = true;
+        let at = transaction["ts"].as_i64().unwrap();
+        let card = transaction["card"].as_str().unwrap().to_string();
+        let kept = times.entry(card.clone()).or_default();
+        let recent = kept
+            .iter()
+            .filter(|&&t| t > at - WINDOW_MS && t <= at)
+            .count()
+            + 1;
+        assert_eq!(
+            answer["recent"].as_u64(),
+            Some(recent as u64),
+            "{card}'s transaction {n}: {answer}"
+        );
+        assert_eq!(answer["flagged"].as_bool(), Some(recent > MAX_TRANSACTIONS));
+        let place = kept.partition_point(|&t| t <= at);
+        kept.insert(place, at);
+        let excess = kept.len().saturating_sub(MAX_TRANSACTIONS);
+        kept.drain(..excess);
+    }
+    seen.iter().all(|answered| *answered).then_some(())
+}
+
+/// The job's condition of `type_`, once its status has one.
+fn found(
+    job: &StatefulStreamJob,
+    type_: &str,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    let conditions = &job.status.as_ref()?.conditions;
+    streamkeeper::controller::judge::conditions::find(conditions, type_).cloned()
+}
+
+/// Empties `pod`'s state volume on the node (its files, not the directory).
+fn wipe_volume(system: &System, pod: &str) {
+    let volumes = system
+        .dir
+        .path()
+        .join("node/volumes")
+        .join(&system.namespace);
+    let claim = std::fs::read_dir(&volumes)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.file_name().unwrap().to_string_lossy().ends_with(pod))
+        .unwrap_or_else(|| panic!("no claim of {pod} under {}", volumes.display()));
+    let mut wiped = 0;
+    for entry in std::fs::read_dir(&claim).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path).unwrap();
+        } else {
+            std::fs::remove_file(&path).unwrap();
+        }
+        wiped += 1;
+    }
+    assert!(wiped > 0, "{} held the pod's state", claim.display());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_custom_processor_answers_every_transaction_exactly_once_through_kills_and_a_wiped_volume()
+ {
+    let events = 2_000;
+    let system = start(
+        "op-custom",
+        10,
+        (3, 1),
+        events,
+        velocity_spec(IMAGE, MAX_TRANSACTIONS),
+    )
+    .await;
+    let before = system.settled(1).await;
+
+    let producing = produce_in_background(&system.input, events, 30);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (victim, new_owner, took) = system.fail_owner_of(0, "KILL").await;
+    eprintln!(
+        "kill -9 of {victim}: task 0 committed on {new_owner} {:.3} s later",
+        took.as_secs_f64()
+    );
+    assert_eq!(
+        Some(&new_owner),
+        before.tasks[0].standbys.first(),
+        "the standby took over"
+    );
+
+    // Frozen, so it writes nothing while its volume is wiped; then killed. It restarts with an
+    // empty volume while its tasks run on their standbys.
+    let (frozen, failed) = system.signal_owner_of(1, "STOP").await;
+    wipe_volume(&system, &frozen);
+    let pid = system.pid_of(&frozen).await.unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let (owner, took) = system.new_owner_of(1, &frozen, failed).await;
+    eprintln!(
+        "{frozen} frozen, wiped and killed: task 1 committed on {owner} {:.3} s later",
+        took.as_secs_f64()
+    );
+
+    // The events produced in the background are numbered on from `events`.
+    let total = producing.finish();
+    system.settled(1).await;
+    wait_until("every transaction answered exactly once", async || {
+        exact_velocity_output(&system.output, total)
+    })
+    .await;
+    for pod in [&victim, &frozen] {
+        let reports = system.reports().await;
+        assert!(
+            reports
+                .get(pod.as_str())
+                .is_some_and(|tasks| !tasks.is_empty()),
+            "{pod} holds copies again: {reports:?}"
+        );
+    }
+    system.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_config_only_the_worker_can_judge_is_invalid_with_its_reason_until_fixed() {
+    // The stock image has no velocity-check.
+    let events = 200;
+    let system = start(
+        "op-custom-refused",
+        20,
+        (1, 0),
+        events,
+        velocity_spec("streamkeeper/worker:test", MAX_TRANSACTIONS),
+    )
+    .await;
+    let jobs: Api<StatefulStreamJob> = Api::namespaced(system.client.clone(), &system.namespace);
+    let invalid_because = async |name: &str, words: &str| {
+        wait_until(
+            &format!("{name}: Invalid ConfigRefused naming {words:?}"),
+            async || {
+                let job = jobs.get(name).await.ok()?;
+                let invalid = found(&job, "Invalid")?;
+                (invalid.status == "True"
+                    && invalid.reason == "ConfigRefused"
+                    && invalid.message.contains(words))
+                .then_some(invalid.message)
+            },
+        )
+        .await
+    };
+    let message = invalid_because(system.name, "no processor `velocity-check`").await;
+    assert!(message.contains("spec.image"), "{message}");
+    let job = jobs.get(system.name).await.unwrap();
+    assert_eq!(found(&job, "Ready").unwrap().status, "False");
+
+    // The right image, a config the processor refuses (a processor is immutable in a job: this
+    // is another job).
+    let mut refused = job.clone();
+    refused.metadata = kube::api::ObjectMeta {
+        name: Some("cards-refused".into()),
+        ..Default::default()
+    };
+    refused.status = None;
+    refused.spec.image = IMAGE.into();
+    if let Some(custom) = refused.spec.processor.custom.as_mut() {
+        custom.config =
+            serde_json::from_value(serde_json::json!({"maxTransactions": 0, "windowMinutes": 1}))
+                .unwrap();
+    }
+    jobs.create(&Default::default(), &refused).await.unwrap();
+    invalid_because("cards-refused", "maxTransactions is 0").await;
+
+    // The first job fixed (its image is its own build): it runs, and the refusal is gone.
+    patch_spec(&jobs, system.name, serde_json::json!({"image": IMAGE})).await;
+    wait_until("every transaction answered exactly once", async || {
+        exact_velocity_output(&system.output, events)
+    })
+    .await;
+    wait_until("Invalid False again", async || {
+        let job = jobs.get(system.name).await.ok()?;
+        (found(&job, "Invalid")?.status == "False").then_some(())
+    })
+    .await;
+    system.clean_up().await;
+}
