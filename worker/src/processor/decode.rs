@@ -94,6 +94,18 @@ pub enum DecodeError {
         /// What the placement fits, in words.
         evidence: String,
     },
+    /// A WebAssembly processor's call for the record trapped (the guest's own error or a bug).
+    #[error("the processor trapped: {detail}")]
+    GuestTrapped {
+        /// The trap, as Wasmtime tells it.
+        detail: String,
+    },
+    /// A WebAssembly processor's call for the record burnt its whole fuel budget.
+    #[error("the processor ran out of fuel: the record's budget is {fuel} (limits.fuelPerRecord)")]
+    GuestOutOfFuel { fuel: u64 },
+    /// A WebAssembly processor's call for the record wanted more memory than the cap.
+    #[error("the processor ran out of memory: the cap is {bytes} bytes (limits.memoryBytes)")]
+    GuestOutOfMemory { bytes: u64 },
     /// A custom processor found the record unusable ([`super::ProcessError::rejected`]).
     #[error("the processor rejected the record: {detail}")]
     Rejected {
@@ -104,7 +116,7 @@ pub enum DecodeError {
 
 impl DecodeError {
     /// Every [`DecodeError::reason`], so the metrics can start each at 0.
-    pub const REASONS: [&'static str; 12] = [
+    pub const REASONS: [&'static str; 15] = [
         "not_json",
         "not_an_object",
         "missing_field",
@@ -117,6 +129,9 @@ impl DecodeError {
         "missing_record_timestamp",
         "not_co_partitioned",
         "rejected",
+        "guest_trapped",
+        "guest_out_of_fuel",
+        "guest_out_of_memory",
     ];
 
     /// A stable machine-readable reason, used as the dead-letter header value and the metric
@@ -135,6 +150,9 @@ impl DecodeError {
             DecodeError::MissingRecordTimestamp => "missing_record_timestamp",
             DecodeError::NotCoPartitioned { .. } => "not_co_partitioned",
             DecodeError::Rejected { .. } => "rejected",
+            DecodeError::GuestTrapped { .. } => "guest_trapped",
+            DecodeError::GuestOutOfFuel { .. } => "guest_out_of_fuel",
+            DecodeError::GuestOutOfMemory { .. } => "guest_out_of_memory",
         }
     }
 }

@@ -35,6 +35,7 @@ pub mod rfc3339;
 pub mod state;
 pub mod stream_time;
 pub mod sweep;
+pub mod wasm;
 pub mod window;
 
 #[cfg(test)]

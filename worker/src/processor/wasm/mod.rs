@@ -1,0 +1,110 @@
+//! WebAssembly processors: a processor compiled to a WebAssembly component against
+//! `wit/processor.wit`, run by Wasmtime inside the task, sandboxed.
+//!
+//! - **Compiled once per worker** ([`WasmModule::compile`]); each task instantiates it and
+//!   calls `init(config)` once ([`WasmModule::processor`]), then `process` per record.
+//! - **Exactly once like any processor.** A call's state writes and output are buffered and
+//!   handed to the task's overlay only when the call succeeds: a record the guest refuses
+//!   (`bad-record`), or whose call traps, runs out of fuel or out of memory, goes to the
+//!   dead-letter topic with that reason and leaves no trace; the task goes on.
+//! - **Sandboxed.** Each record gets a fuel budget, each instance a memory cap; the guest gets
+//!   no files, network, clock (it reads 0) or randomness (a fixed sequence), so replay, standbys
+//!   and restores run it to the same state.
+//! - **Its own key space.** A guest's keys are stored under `g/`; the host keeps the task's
+//!   stream time under `h/` to call `advance` when it moves.
+
+mod host;
+mod processor;
+
+pub use processor::WasmProcessor;
+
+use host::HostData;
+use std::sync::Arc;
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine};
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "processor",
+    imports: { default: async | trappable },
+    exports: { default: async },
+});
+
+/// The sandbox's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WasmLimits {
+    /// Fuel (about one unit per WebAssembly instruction) a record's calls may burn.
+    pub fuel_per_record: u64,
+    /// The most linear memory an instance may have, in bytes.
+    pub memory_bytes: u64,
+}
+
+impl Default for WasmLimits {
+    fn default() -> Self {
+        Self {
+            fuel_per_record: 100_000_000,
+            memory_bytes: 256 << 20,
+        }
+    }
+}
+
+/// Why a WebAssembly processor cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum WasmError {
+    #[error("the module is not a WebAssembly component this worker runs: {0:#}")]
+    Compile(#[source] wasmtime::Error),
+    #[error(
+        "the module does not fit the worker's interface (wit/processor.wit, streamkeeper:processor@0.1.0): {0:#}"
+    )]
+    Link(#[source] wasmtime::Error),
+    #[error("instantiating the module failed: {0:#}")]
+    Instantiate(#[source] wasmtime::Error),
+    #[error("the module refused its config: {0}")]
+    Refused(String),
+}
+
+/// A compiled component, ready to be instantiated by each task.
+#[derive(Clone)]
+pub struct WasmModule {
+    engine: Engine,
+    pre: ProcessorPre<HostData>,
+}
+
+impl std::fmt::Debug for WasmModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmModule").finish_non_exhaustive()
+    }
+}
+
+impl WasmModule {
+    /// Compiles `bytes` (a component) and links it to the host: once per worker.
+    pub fn compile(bytes: &[u8]) -> Result<Self, WasmError> {
+        let mut config = Config::new();
+        config.consume_fuel(true);
+        // Deterministic floats: a NaN's bits do not depend on the machine.
+        config.cranelift_nan_canonicalization(true);
+        let engine = Engine::new(&config).map_err(WasmError::Compile)?;
+        let component = Component::new(&engine, bytes).map_err(WasmError::Compile)?;
+        let mut linker = Linker::<HostData>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(WasmError::Link)?;
+        Processor::add_to_linker::<_, wasmtime::component::HasSelf<HostData>>(
+            &mut linker,
+            |data| data,
+        )
+        .map_err(WasmError::Link)?;
+        let pre = linker
+            .instantiate_pre(&component)
+            .map_err(WasmError::Link)
+            .and_then(|pre| ProcessorPre::new(pre).map_err(WasmError::Link))?;
+        Ok(Self { engine, pre })
+    }
+
+    /// A task's processor: a new instance, initialised with `config` (JSON text).
+    pub fn processor(
+        self: &Arc<Self>,
+        config: &str,
+        limits: WasmLimits,
+    ) -> Result<WasmProcessor, WasmError> {
+        WasmProcessor::new(Arc::clone(self), config.to_string(), limits)
+    }
+}
