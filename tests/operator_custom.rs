@@ -9,6 +9,11 @@
 //! and each answer is the one the card's transactions before it give: state lost or applied
 //! twice would change the counts.
 //!
+//! A WebAssembly processor (`examples/wasm/python/app.py`, the same velocity check as a Python
+//! guest) runs on the stock worker image from a component in S3 pinned by its digest: through
+//! kill -9 with standbys, every transaction is answered exactly once, the same way. A digest
+//! that does not match the object is `Invalid` naming the module.
+//!
 //! A config only the worker can judge: a job naming `velocity-check` on the stock worker image
 //! shows `Invalid` (`ConfigRefused`) with the worker's reason, as does a config the processor
 //! refuses; the fixed spec runs and its output is exact.
@@ -255,5 +260,107 @@ async fn a_config_only_the_worker_can_judge_is_invalid_with_its_reason_until_fix
         (found(&job, "Invalid")?.status == "False").then_some(())
     })
     .await;
+    system.clean_up().await;
+}
+
+/// The Python guest, built by `examples/wasm/build.sh`, uploaded to the test bucket: its key and
+/// SHA-256.
+async fn upload_python_guest(prefix: &str) -> (String, String) {
+    let out = tempfile::tempdir().unwrap();
+    let built = std::process::Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/wasm/build.sh"
+    ))
+    .arg(out.path())
+    .status()
+    .unwrap();
+    assert!(built.success(), "examples/wasm/build.sh failed");
+    let path = out.path().join("python-velocity.wasm");
+    let digest = std::process::Command::new("sha256sum")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let sha256 = String::from_utf8(digest.stdout).unwrap()[..64].to_string();
+    let key = format!("{prefix}/guests/python-velocity.wasm");
+    operator_support::s3_client()
+        .put_object()
+        .bucket(support_bucket())
+        .key(&key)
+        .body(std::fs::read(&path).unwrap().into())
+        .send()
+        .await
+        .unwrap();
+    (key, sha256)
+}
+
+fn support_bucket() -> String {
+    streamkeeper_test_support::s3_settings().bucket
+}
+
+fn wasm_spec(key: &str, sha256: &str) -> serde_json::Value {
+    serde_json::json!({
+        "processor": {
+            "type": "wasm",
+            "keyField": "card",
+            "timeField": "ts",
+            "wasm": {
+                "module": {"key": key, "sha256": sha256},
+                "config": {"maxTransactions": MAX_TRANSACTIONS, "windowMinutes": WINDOW_MS / 60_000},
+                "limits": {"fuelPerRecord": 500_000_000u64, "memoryBytes": 256u64 << 20},
+            },
+        },
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_wasm_processor_answers_every_transaction_exactly_once_through_kill_9() {
+    let (key, sha256) =
+        upload_python_guest(&streamkeeper_test_support::unique_name("op-wasm")).await;
+    let events = 2_000;
+    let system = start("op-wasm", 30, (3, 1), events, wasm_spec(&key, &sha256)).await;
+    let before = system.settled(1).await;
+
+    let producing = produce_in_background(&system.input, events, 30);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (victim, new_owner, took) = system.fail_owner_of(0, "KILL").await;
+    eprintln!(
+        "kill -9 of {victim}: task 0 of the Python guest committed on {new_owner} {:.3} s later",
+        took.as_secs_f64()
+    );
+    assert_eq!(
+        Some(&new_owner),
+        before.tasks[0].standbys.first(),
+        "the standby took over"
+    );
+    let total = producing.finish();
+    wait_until("every transaction answered exactly once", async || {
+        exact_velocity_output(&system.output, total)
+    })
+    .await;
+
+    // Another job pinning a digest the object does not have runs nothing.
+    let jobs: Api<StatefulStreamJob> = Api::namespaced(system.client.clone(), &system.namespace);
+    let mut mismatched = jobs.get(system.name).await.unwrap();
+    mismatched.metadata = kube::api::ObjectMeta {
+        name: Some("cards-mismatched".into()),
+        ..Default::default()
+    };
+    mismatched.status = None;
+    if let Some(wasm) = mismatched.spec.processor.wasm.as_mut() {
+        wasm.module.sha256 = "0".repeat(64);
+    }
+    jobs.create(&Default::default(), &mismatched).await.unwrap();
+    let message = wait_until("Invalid ConfigRefused naming the module", async || {
+        let job = jobs.get("cards-mismatched").await.ok()?;
+        let invalid = found(&job, "Invalid")?;
+        (invalid.status == "True" && invalid.reason == "ConfigRefused").then_some(invalid.message)
+    })
+    .await;
+    assert!(
+        message.contains(&key)
+            && message.contains(&sha256)
+            && message.contains("refusing to run it"),
+        "{message}"
+    );
     system.clean_up().await;
 }

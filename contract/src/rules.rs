@@ -11,7 +11,7 @@ use crate::duration::format_go_duration;
 use crate::version::{FormatError, Versioned};
 use crate::worker_config::{
     KafkaSecurity, ProcessorConfig, ProcessorKind, RocksDbTuning, S3Config, TRANSACTION_TIMEOUT,
-    WindowConfig, WorkerConfig,
+    WasmLimitsConfig, WasmModuleSource, WindowConfig, WorkerConfig,
 };
 use std::time::Duration;
 
@@ -84,6 +84,10 @@ pub enum Field {
     JoinWindowGrace,
     JoinHistory,
     CustomName,
+    WasmModuleKey,
+    WasmModuleSha256,
+    WasmFuelPerRecord,
+    WasmMemoryBytes,
     WriteBufferSize,
     CheckpointInterval,
     CheckpointRetain,
@@ -125,6 +129,10 @@ impl Field {
             Field::JoinWindowGrace => "spec.processor.join.window.grace",
             Field::JoinHistory => "spec.processor.join.history",
             Field::CustomName => "spec.processor.custom.name",
+            Field::WasmModuleKey => "spec.processor.wasm.module.key",
+            Field::WasmModuleSha256 => "spec.processor.wasm.module.sha256",
+            Field::WasmFuelPerRecord => "spec.processor.wasm.limits.fuelPerRecord",
+            Field::WasmMemoryBytes => "spec.processor.wasm.limits.memoryBytes",
             Field::WriteBufferSize => "spec.state.rocksdb.writeBufferSize",
             Field::CheckpointInterval => "spec.checkpoint.interval",
             Field::CheckpointRetain => "spec.checkpoint.retain",
@@ -165,6 +173,10 @@ impl Field {
             Field::JoinWindowGrace => "processor.window.grace",
             Field::JoinHistory => "processor.history",
             Field::CustomName => "processor.name",
+            Field::WasmModuleKey => "processor.module.key",
+            Field::WasmModuleSha256 => "processor.module.sha256",
+            Field::WasmFuelPerRecord => "processor.limits.fuelPerRecord",
+            Field::WasmMemoryBytes => "processor.limits.memoryBytes",
             Field::WriteBufferSize => "state.rocksdb.writeBufferBytes",
             Field::CheckpointInterval => "checkpoint.interval",
             Field::CheckpointRetain => "checkpoint.retain",
@@ -365,6 +377,10 @@ pub fn processor(config: &ProcessorConfig) -> Result<(), Violation> {
             custom_name(name)?;
             false
         }
+        ProcessorKind::Wasm { module, limits, .. } => {
+            wasm(module, limits)?;
+            false
+        }
     };
     if needs_time && config.time_field.is_none() {
         return Err(violation(
@@ -397,6 +413,52 @@ pub fn custom_name(name: &str) -> Result<(), Violation> {
             ),
         ))
     }
+}
+
+/// The least memory a WebAssembly instance may be capped at (a language runtime's start-up
+/// needs tens of MiB), and the most.
+pub const WASM_MEMORY_BYTES: std::ops::RangeInclusive<u64> = (16 << 20)..=(4 << 30);
+/// The most fuel a record may burn (about ten seconds of a busy instance).
+pub const MAX_WASM_FUEL_PER_RECORD: u64 = 10_000_000_000;
+
+/// A WebAssembly processor's module and limits: a key, a digest of 64 lowercase hex digits,
+/// and limits within bounds.
+pub fn wasm(module: &WasmModuleSource, limits: &WasmLimitsConfig) -> Result<(), Violation> {
+    if module.key.trim().is_empty() {
+        return Err(violation(Field::WasmModuleKey, "must not be empty"));
+    }
+    let digest = &module.sha256;
+    if digest.len() != 64
+        || !digest
+            .chars()
+            .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+    {
+        return Err(violation(
+            Field::WasmModuleSha256,
+            format!("`{digest}` is not a SHA-256: 64 lowercase hex digits (sha256sum prints it)"),
+        ));
+    }
+    if !(1..=MAX_WASM_FUEL_PER_RECORD).contains(&limits.fuel_per_record) {
+        return Err(violation(
+            Field::WasmFuelPerRecord,
+            format!(
+                "{} is not within 1 to {MAX_WASM_FUEL_PER_RECORD}",
+                limits.fuel_per_record
+            ),
+        ));
+    }
+    if !WASM_MEMORY_BYTES.contains(&limits.memory_bytes) {
+        return Err(violation(
+            Field::WasmMemoryBytes,
+            format!(
+                "{} is not within {} to {} bytes",
+                limits.memory_bytes,
+                WASM_MEMORY_BYTES.start(),
+                WASM_MEMORY_BYTES.end()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A tumbling (no advance) or hopping window whose windows line up, in whole milliseconds.

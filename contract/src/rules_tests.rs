@@ -222,3 +222,53 @@ fn a_custom_processor_is_named_by_a_plain_lowercase_word() {
     };
     assert_eq!(refused_field(processor(&config)), Field::CustomName);
 }
+
+#[test]
+fn a_wasm_module_is_pinned_by_its_digest_and_its_limits_are_bounded() {
+    use crate::worker_config::{WasmLimitsConfig, WasmModuleSource};
+    let module = |key: &str, sha256: &str| WasmModuleSource {
+        bucket: None,
+        key: key.into(),
+        sha256: sha256.into(),
+    };
+    let digest = "a".repeat(64);
+    let limits = WasmLimitsConfig::default();
+    assert_eq!(
+        wasm(&module("guests/velocity.wasm", &digest), &limits),
+        Ok(())
+    );
+    assert_eq!(
+        refused_field(wasm(&module(" ", &digest), &limits)),
+        Field::WasmModuleKey
+    );
+    for bad in [
+        "A".repeat(64),
+        "a".repeat(63),
+        "g".repeat(64),
+        String::new(),
+    ] {
+        assert_eq!(
+            refused_field(wasm(&module("k", &bad), &limits)),
+            Field::WasmModuleSha256,
+            "{bad}"
+        );
+    }
+    let with = |fuel_per_record, memory_bytes| WasmLimitsConfig {
+        fuel_per_record,
+        memory_bytes,
+    };
+    let ok = module("k", &digest);
+    assert_eq!(
+        refused_field(wasm(&ok, &with(0, 64 << 20))),
+        Field::WasmFuelPerRecord
+    );
+    assert_eq!(
+        refused_field(wasm(&ok, &with(MAX_WASM_FUEL_PER_RECORD + 1, 64 << 20))),
+        Field::WasmFuelPerRecord
+    );
+    assert_eq!(
+        refused_field(wasm(&ok, &with(1000, 1 << 20))),
+        Field::WasmMemoryBytes
+    );
+    assert_eq!(wasm(&ok, &with(1000, 16 << 20)), Ok(()));
+}

@@ -7,7 +7,7 @@ pub use crate::co_partitioning::Partitioner;
 use crate::duration::serde_go;
 pub use processor::{
     JoinKind, JoinLeft, JoinMode, JoinRight, JoinWindowConfig, ProcessorConfig, ProcessorKind,
-    WindowConfig,
+    WasmLimitsConfig, WasmModuleSource, WindowConfig,
 };
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -432,6 +432,27 @@ pub(crate) mod tests {
         };
         assert!(!config.to_yaml().contains("config:"));
         assert_eq!(WorkerConfig::from_yaml(&config.to_yaml()).unwrap(), config);
+    }
+
+    #[test]
+    fn a_wasm_processor_round_trips_with_its_module_and_limits() {
+        let mut config = sample();
+        config.processor.kind = ProcessorKind::Wasm {
+            module: WasmModuleSource {
+                bucket: Some("guests".into()),
+                key: "velocity/python.wasm".into(),
+                sha256: "0f".repeat(32),
+            },
+            config: serde_json::json!({"maxTransactions": 3, "windowMinutes": 10}),
+            limits: WasmLimitsConfig {
+                fuel_per_record: 5_000_000,
+                memory_bytes: 64 << 20,
+            },
+        };
+        let yaml = config.to_yaml();
+        assert!(yaml.contains("kind: wasm"), "{yaml}");
+        assert_eq!(WorkerConfig::from_yaml(&yaml).unwrap(), config);
+        assert_eq!(WorkerConfig::from_json(&config.to_json()).unwrap(), config);
     }
 
     #[test]

@@ -24,7 +24,8 @@ pub use join::{
 pub use kafka::{KafkaSaslSpec, KafkaSpec, KafkaTlsSpec, SaslMechanism, SecretKeyRef};
 pub use pod::PodOverrides;
 pub use processor::{
-    AggregateSpec, CustomSpec, DedupSpec, ProcessorSpec, ProcessorType, WindowSpec, WindowType,
+    AggregateSpec, CustomSpec, DedupSpec, ProcessorSpec, ProcessorType, WasmLimitsSpec,
+    WasmModuleSpec, WasmSpec, WindowSpec, WindowType,
 };
 pub use state::{Compression, RocksDbSpec, StateSpec};
 pub use status::{

@@ -6,13 +6,15 @@ use serde::{Deserialize, Serialize};
 
 /// The processing logic: `count` (running count per key), `aggregate` (count/sum/min/max/mean
 /// per key, optionally per event-time window), `dedup` (first occurrence per key within a TTL),
-/// `join` (with a second topic), or `custom` (a processor of your own worker build, named in
-/// `custom`; `spec.image` is that build). Records are JSON objects.
+/// `join` (with a second topic), `custom` (a processor of your own worker build, named in
+/// `custom`; `spec.image` is that build), or `wasm` (a WebAssembly component, in `wasm`).
+/// Records are JSON objects.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("self.type == 'aggregate' ? has(self.aggregate) : !has(self.aggregate)").message("processor.aggregate is required when processor.type is aggregate, and only then").field_path(".aggregate"))]
 #[x_kube(validation = kube::core::Rule::new("self.type == 'dedup' ? has(self.dedup) : !has(self.dedup)").message("processor.dedup is required when processor.type is dedup, and only then").field_path(".dedup"))]
 #[x_kube(validation = kube::core::Rule::new("self.type == 'join' ? has(self.join) : !has(self.join)").message("processor.join is required when processor.type is join, and only then").field_path(".join"))]
+#[x_kube(validation = kube::core::Rule::new("self.type == 'wasm' ? has(self.wasm) : !has(self.wasm)").message("processor.wasm is required when processor.type is wasm, and only then").field_path(".wasm"))]
 #[x_kube(validation = kube::core::Rule::new("self.type == 'custom' ? has(self.custom) : !has(self.custom)").message("processor.custom is required when processor.type is custom, and only then").field_path(".custom"))]
 #[x_kube(validation = kube::core::Rule::new("(self.type == 'dedup' || self.type == 'join' || (self.type == 'aggregate' && has(self.aggregate) && has(self.aggregate.window))) ? has(self.timeField) : true").message("processor.timeField is required by windows, dedup and joins: they run on event time, never the wall clock").field_path(".timeField"))]
 pub struct ProcessorSpec {
@@ -44,6 +46,65 @@ pub struct ProcessorSpec {
     /// Which processor of your own worker build runs, and its settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub custom: Option<CustomSpec>,
+
+    /// A processor compiled to a WebAssembly component, and its settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wasm: Option<WasmSpec>,
+}
+
+/// A processor compiled to a WebAssembly component against the worker's interface
+/// (`wit/processor.wit`, `streamkeeper:processor@0.1.0`), run sandboxed by the stock worker: a
+/// fuel budget per record, a memory cap, no files, network, clock or randomness.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WasmSpec {
+    /// The component, in S3.
+    pub module: WasmModuleSpec,
+
+    /// Handed to the guest's `init` as JSON; the guest checks it (a refusal is `Invalid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_object")]
+    pub config: Option<serde_json::Map<String, serde_json::Value>>,
+
+    /// The sandbox's limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<WasmLimitsSpec>,
+}
+
+/// Where the component is: an S3 object read with the job's checkpoint endpoint and
+/// credentials, pinned by its digest.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WasmModuleSpec {
+    /// The bucket; `spec.checkpoint.s3.bucket` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 3, max = 63))]
+    pub bucket: Option<String>,
+
+    /// The object's key.
+    #[schemars(length(min = 1, max = 1024))]
+    pub key: String,
+
+    /// The component's SHA-256 (`sha256sum module.wasm`): the worker runs those bytes or none.
+    #[schemars(pattern(r"^[0-9a-f]{64}$"))]
+    pub sha256: String,
+}
+
+/// A WebAssembly processor's limits.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WasmLimitsSpec {
+    /// Fuel (about one per WebAssembly instruction) a record may burn; past it the record is
+    /// dead-lettered `guest_out_of_fuel` (default 100000000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10_000_000_000u64))]
+    pub fuel_per_record: Option<u64>,
+
+    /// The most memory an instance may have, in bytes; a record that wants more is
+    /// dead-lettered `guest_out_of_memory` (default 268435456, 256 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 16_777_216u64, max = 4_294_967_296u64))]
+    pub memory_bytes: Option<u64>,
 }
 
 /// A processor your own worker binary registered (the Rust SDK, `docs/processors.md`). The
@@ -82,6 +143,7 @@ pub enum ProcessorType {
     Dedup,
     Join,
     Custom,
+    Wasm,
 }
 
 /// Count, sum, min, max and mean of a numeric field per key.

@@ -6,12 +6,13 @@
 //! the reason as its last line and exits with [`CONFIG_REFUSED_EXIT_CODE`], which the operator
 //! reads from the pod as the job's `Invalid` condition.
 
+use crate::checkpoint::{self, module::ModuleError};
 use crate::processor::{ConfigError, CustomProcessor, JobProcessor, RegistrationError, Registry};
 use crate::runtime::{self, TaskShare};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use streamkeeper_contract::worker_config::CONFIG_REFUSED_EXIT_CODE;
+use streamkeeper_contract::worker_config::{CONFIG_REFUSED_EXIT_CODE, ProcessorKind};
 use streamkeeper_contract::{FormatError, Versioned, WorkerConfig};
 
 /// The streamkeeper worker: exactly-once stateful processing on RocksDB with a Kafka changelog.
@@ -96,10 +97,26 @@ enum LoadError {
         #[source]
         source: ConfigError,
     },
+    #[error("{0}")]
+    Module(#[from] ModuleError),
+    #[error("cannot start the runtime that fetches the WebAssembly module: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// Whether [`load`] fetches a WebAssembly processor's module (`run`), or checks the settings
+/// alone (`check-config`, which needs no S3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Module {
+    Fetch,
+    Skip,
 }
 
 /// Reads and checks the config, and resolves its processor among `registry`'s.
-fn load(args: &ConfigArgs, registry: &Registry) -> Result<(WorkerConfig, JobProcessor), LoadError> {
+fn load(
+    args: &ConfigArgs,
+    registry: &Registry,
+    module: Module,
+) -> Result<(WorkerConfig, JobProcessor), LoadError> {
     let path = args.config.display().to_string();
     let text = std::fs::read_to_string(&args.config).map_err(|source| LoadError::Read {
         path: path.clone(),
@@ -125,9 +142,31 @@ fn load(args: &ConfigArgs, registry: &Registry) -> Result<(WorkerConfig, JobProc
         path: path.clone(),
         source,
     })?;
+    let bytes = match (&config.processor.kind, module) {
+        (ProcessorKind::Wasm { module: source, .. }, Module::Fetch) => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(LoadError::Runtime)?;
+            let s3 = config.checkpoint.s3.as_ref();
+            let started = std::time::Instant::now();
+            let bytes =
+                runtime.block_on(checkpoint::module::fetch(source, s3, &config.state.dir))?;
+            tracing::info!(module = %checkpoint::module::location(source, s3), bytes = bytes.len(), seconds = started.elapsed().as_secs_f64(), "WebAssembly module fetched and its digest checked");
+            Some(bytes)
+        }
+        _ => None,
+    };
+    let started = std::time::Instant::now();
     let processor = registry
-        .resolve(&config.processor)
+        .resolve_with(&config.processor, bytes.as_deref())
         .map_err(|source| LoadError::Processor { path, source })?;
+    if bytes.is_some() {
+        tracing::info!(
+            seconds = started.elapsed().as_secs_f64(),
+            "WebAssembly module compiled, and an instance took its config"
+        );
+    }
     Ok((config, processor))
 }
 
@@ -197,7 +236,7 @@ impl Worker {
             return ExitCode::FAILURE;
         }
         match cli.command {
-            Command::CheckConfig(args) => match load(&args, &self.registry) {
+            Command::CheckConfig(args) => match load(&args, &self.registry, Module::Skip) {
                 Ok((config, _)) => {
                     print!("{}", config.to_yaml());
                     ExitCode::SUCCESS
@@ -213,7 +252,7 @@ impl Worker {
 
     fn run(&self, args: RunArgs) -> ExitCode {
         init_logging(args.log_format);
-        let (config, processor) = match load(&args.config, &self.registry) {
+        let (config, processor) = match load(&args.config, &self.registry, Module::Fetch) {
             Ok(loaded) => loaded,
             Err(error) => {
                 // One plain line, the last the process writes: the pod's termination message.

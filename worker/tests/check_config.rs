@@ -135,3 +135,21 @@ fn check_config_refuses_what_the_operator_refuses_naming_the_field() {
         assert!(stderr.contains(field) && stderr.contains(why), "{stderr}");
     }
 }
+
+#[test]
+fn a_wasm_processor_is_checked_by_its_settings_without_fetching_its_module() {
+    let wasm = |sha256: &str| {
+        with_processor(&format!(
+            "processor:\n  keyField: card\n  timeField: ts\n  kind: wasm\n  module:\n    key: guests/velocity.wasm\n    sha256: {sha256}\n  \
+             config: {{maxTransactions: 3, windowMinutes: 10}}\n  limits:\n    fuelPerRecord: 1000000\n    memoryBytes: 67108864\n"
+        ))
+    };
+    let (ok, stderr) = check_config(&wasm(&"ab".repeat(32)));
+    assert!(
+        ok,
+        "no S3 is reachable here, and check-config needs none: {stderr}"
+    );
+    let (ok, stderr) = check_config(&wasm("not-a-digest"));
+    assert!(!ok);
+    assert!(stderr.contains("processor.module.sha256"), "{stderr}");
+}

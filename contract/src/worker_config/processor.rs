@@ -65,6 +65,50 @@ pub enum ProcessorKind {
         #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
         config: serde_json::Value,
     },
+    /// A processor compiled to a WebAssembly component against `wit/processor.wit`, which the
+    /// worker fetches, checks against its digest and runs sandboxed.
+    #[serde(rename_all = "camelCase")]
+    Wasm {
+        module: WasmModuleSource,
+        /// Handed to the guest's `init` as JSON text.
+        #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+        config: serde_json::Value,
+        #[serde(default)]
+        limits: WasmLimitsConfig,
+    },
+}
+
+/// Where a WebAssembly processor's component is, and its digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WasmModuleSource {
+    /// The object's bucket; the job's checkpoint bucket when absent. Read with the job's S3
+    /// endpoint and credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<String>,
+    /// The object's key.
+    pub key: String,
+    /// The component's SHA-256, 64 lowercase hex digits: the worker runs those bytes or none.
+    pub sha256: String,
+}
+
+/// The sandbox's limits of a WebAssembly processor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WasmLimitsConfig {
+    /// Fuel (about one per WebAssembly instruction) a record's calls may burn.
+    pub fuel_per_record: u64,
+    /// The most linear memory an instance may have, in bytes.
+    pub memory_bytes: u64,
+}
+
+impl Default for WasmLimitsConfig {
+    fn default() -> Self {
+        Self {
+            fuel_per_record: 100_000_000,
+            memory_bytes: 256 << 20,
+        }
+    }
 }
 
 /// What a join's right side is.
@@ -202,6 +246,7 @@ impl ProcessorKind {
             ProcessorKind::Dedup { .. } => "dedup",
             ProcessorKind::Join { .. } => "join",
             ProcessorKind::Custom { .. } => "custom",
+            ProcessorKind::Wasm { .. } => "wasm",
         }
     }
 }

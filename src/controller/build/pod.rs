@@ -174,6 +174,9 @@ fn container(job: &ValidatedJob) -> Container {
         readiness_probe: Some(http_probe("/readyz", 5, 3)),
         // Alive while the process serves HTTP; a long restore is not a reason to restart.
         liveness_probe: Some(http_probe("/healthz", 10, 6)),
+        // Before it serves HTTP, a worker may fetch and compile a WebAssembly processor (tens of
+        // seconds for a Python guest when pods start together): up to 5 minutes to start.
+        startup_probe: Some(http_probe("/healthz", 5, 60)),
         resources: job.workers.resources.clone(),
         security_context: Some(SecurityContext {
             run_as_non_root: Some(true),

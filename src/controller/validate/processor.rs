@@ -5,10 +5,10 @@
 
 use super::InvalidSpec;
 use super::rules::{duration, non_empty};
-use crate::api::{AggregateSpec, ProcessorSpec, ProcessorType, WindowSpec, WindowType};
+use crate::api::{AggregateSpec, ProcessorSpec, ProcessorType, WasmSpec, WindowSpec, WindowType};
 use streamkeeper_contract::rules;
 use streamkeeper_contract::worker_config::{
-    JobIdentity, ProcessorConfig, ProcessorKind, WindowConfig,
+    JobIdentity, ProcessorConfig, ProcessorKind, WasmLimitsConfig, WasmModuleSource, WindowConfig,
 };
 
 /// The processor of `spec`, for the job `identity` names.
@@ -57,6 +57,11 @@ pub(super) fn config(
         "spec.processor.custom",
         "custom",
     )?;
+    only_for(
+        spec.wasm.is_some() && spec.type_ != ProcessorType::Wasm,
+        "spec.processor.wasm",
+        "wasm",
+    )?;
     let kind = match spec.type_ {
         ProcessorType::Count => ProcessorKind::Count,
         ProcessorType::Aggregate => {
@@ -98,6 +103,13 @@ pub(super) fn config(
                     .map_or(serde_json::Value::Null, serde_json::Value::Object),
             }
         }
+        ProcessorType::Wasm => {
+            let wasm = spec.wasm.as_ref().ok_or_else(|| InvalidSpec::Missing {
+                field: "spec.processor.wasm".into(),
+                why: "spec.processor.type is wasm",
+            })?;
+            wasm_kind(wasm)
+        }
     };
     let config = ProcessorConfig {
         key_field,
@@ -106,6 +118,30 @@ pub(super) fn config(
     };
     rules::processor(&config)?;
     Ok(config)
+}
+
+fn wasm_kind(spec: &WasmSpec) -> ProcessorKind {
+    let defaults = WasmLimitsConfig::default();
+    let limits = spec.limits.as_ref();
+    ProcessorKind::Wasm {
+        module: WasmModuleSource {
+            bucket: spec.module.bucket.clone(),
+            key: spec.module.key.clone(),
+            sha256: spec.module.sha256.clone(),
+        },
+        config: spec
+            .config
+            .clone()
+            .map_or(serde_json::Value::Null, serde_json::Value::Object),
+        limits: WasmLimitsConfig {
+            fuel_per_record: limits
+                .and_then(|l| l.fuel_per_record)
+                .unwrap_or(defaults.fuel_per_record),
+            memory_bytes: limits
+                .and_then(|l| l.memory_bytes)
+                .unwrap_or(defaults.memory_bytes),
+        },
+    }
 }
 
 fn aggregate_kind(spec: &AggregateSpec) -> Result<ProcessorKind, InvalidSpec> {

@@ -64,6 +64,8 @@ pub struct ContainerPlan {
     pub working_dir: Option<PathBuf>,
     pub readiness: Option<HttpProbe>,
     pub liveness: Option<HttpProbe>,
+    /// Until it succeeds, the readiness and liveness probes wait.
+    pub startup: Option<HttpProbe>,
     /// `terminationMessagePolicy: FallbackToLogsOnError`: a failed run's termination message
     /// is the tail of its log.
     pub message_from_log: bool,
@@ -508,6 +510,7 @@ fn container_plan(
         env,
         readiness: probe_plan(container.readiness_probe.as_ref(), container)?,
         liveness: probe_plan(container.liveness_probe.as_ref(), container)?,
+        startup: probe_plan(container.startup_probe.as_ref(), container)?,
         message_from_log: container.termination_message_policy.as_deref()
             == Some("FallbackToLogsOnError"),
     })

@@ -32,6 +32,10 @@ struct ContainerRun {
     ready: bool,
     readiness_failures: u32,
     liveness_failures: u32,
+    /// Whether the startup probe has succeeded (true without one): until then the readiness
+    /// and liveness probes wait, as the kubelet's do.
+    started_up: bool,
+    startup_failures: u32,
     next_probe: Instant,
 }
 
@@ -101,6 +105,8 @@ impl ContainerRun {
                 self.ready = self.plan.readiness.is_none();
                 self.readiness_failures = 0;
                 self.liveness_failures = 0;
+                self.started_up = self.plan.startup.is_none();
+                self.startup_failures = 0;
                 let delay = self
                     .plan
                     .readiness
@@ -195,6 +201,23 @@ impl PodRun {
                 continue;
             }
             let mut period = Duration::from_secs(1);
+            if !container.started_up
+                && let Some(startup) = &container.plan.startup
+            {
+                if probe(startup, &self.ip).await {
+                    container.started_up = true;
+                } else {
+                    container.startup_failures += 1;
+                    if container.startup_failures >= startup.timing.failure_threshold
+                        && let Some(child) = &container.child
+                    {
+                        tracing::warn!(pod = %self.name, container = %container.plan.name, "startup probe failed; killing");
+                        signal(child, "-KILL");
+                    }
+                    container.next_probe = Instant::now() + startup.timing.period;
+                    continue;
+                }
+            }
             if let Some(readiness) = &container.plan.readiness {
                 period = readiness.timing.period;
                 if probe(readiness, &self.ip).await {
@@ -411,6 +434,8 @@ impl PodRunner {
                     ready: false,
                     readiness_failures: 0,
                     liveness_failures: 0,
+                    started_up: false,
+                    startup_failures: 0,
                     next_probe: Instant::now(),
                 })
                 .collect(),

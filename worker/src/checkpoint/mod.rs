@@ -7,6 +7,7 @@
 //! - `gc`: the retention plan (pure). Which checkpoints a restore may use is the contract's
 //!   rule (`streamkeeper_contract::checkpoint_choice`), shared with the operator's status.
 //! - `download`: fetching and verifying one checkpoint for a restore.
+//! - `module`: a WebAssembly processor's component, fetched, checked and kept on the volume.
 //! - `service`: when checkpoints are taken, on the async runtime beside the task threads.
 //!
 //! Key layout and manifest format come from `streamkeeper_contract` (the operator reads them).
@@ -17,6 +18,7 @@ pub mod download;
 pub mod error;
 pub mod files;
 pub mod gc;
+pub mod module;
 pub mod s3;
 pub mod service;
 pub mod upload;

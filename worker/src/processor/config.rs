@@ -107,6 +107,17 @@ pub enum ProcessorKind {
         #[serde(default)]
         config: serde_json::Value,
     },
+    /// A WebAssembly component (see [`super::wasm`]; the registry builds it from the module's
+    /// bytes, which a config alone does not have).
+    Wasm {
+        /// Handed to the guest's `init`.
+        #[serde(default)]
+        config: serde_json::Value,
+        /// The sandbox's fuel per record.
+        fuel_per_record: u64,
+        /// The sandbox's memory cap.
+        memory_bytes: u64,
+    },
 }
 
 /// The window of an `aggregate`.
@@ -161,6 +172,12 @@ pub enum ConfigError {
         /// The names the binary registered, comma-separated (empty for the stock worker).
         offered: String,
     },
+    /// A WebAssembly processor without its module's bytes (`check-config` does not fetch it).
+    #[error("the WebAssembly module is not loaded")]
+    WasmNotLoaded,
+    /// The WebAssembly module cannot run, or refused its config.
+    #[error("WebAssembly processor: {0}")]
+    Wasm(String),
     /// A custom processor refused the job's config.
     #[error("processor `{name}` (version {version}) refused its config: {reason}")]
     Refused {
@@ -273,6 +290,7 @@ impl ProcessorConfig {
                 name: name.clone(),
                 offered: String::new(),
             }),
+            ProcessorKind::Wasm { .. } => Err(ConfigError::WasmNotLoaded),
         }
     }
 }
@@ -358,6 +376,15 @@ impl From<&streamkeeper_contract::worker_config::ProcessorConfig> for ProcessorC
             Rendered::Custom { name, config } => ProcessorKind::Custom {
                 name: name.clone(),
                 config: config.clone(),
+            },
+            Rendered::Wasm {
+                module: _,
+                config,
+                limits,
+            } => ProcessorKind::Wasm {
+                config: config.clone(),
+                fuel_per_record: limits.fuel_per_record,
+                memory_bytes: limits.memory_bytes,
             },
         };
         Self {

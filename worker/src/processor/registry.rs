@@ -14,6 +14,7 @@
 use super::api::Processor;
 use super::config::{ConfigError, ProcessorConfig};
 use super::pipeline::Pipeline;
+use super::wasm::{WasmLimits, WasmModule};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -198,8 +199,19 @@ impl Registry {
         self.custom.keys().map(String::as_str).collect()
     }
 
-    /// The job's processor: found, and built once to check its settings.
+    /// The job's processor, as [`Self::resolve_with`] without a WebAssembly module's bytes.
     pub fn resolve(&self, config: &rendered::ProcessorConfig) -> Result<JobProcessor, ConfigError> {
+        self.resolve_with(config, None)
+    }
+
+    /// The job's processor: found, and built once to check its settings. A WebAssembly
+    /// processor is compiled from `wasm`, its module's bytes; without them (`check-config`) only
+    /// its settings are checked, and a task cannot build it.
+    pub fn resolve_with(
+        &self,
+        config: &rendered::ProcessorConfig,
+        wasm: Option<&[u8]>,
+    ) -> Result<JobProcessor, ConfigError> {
         let custom = match &config.kind {
             rendered::ProcessorKind::Custom { name, config } => Some(Custom {
                 processor: self.custom.get(name).cloned().ok_or_else(|| {
@@ -209,6 +221,23 @@ impl Registry {
                     }
                 })?,
                 config: config.clone(),
+            }),
+            _ => None,
+        };
+        let wasm = match (&config.kind, wasm) {
+            (rendered::ProcessorKind::Wasm { config, limits, .. }, Some(bytes)) => Some(Wasm {
+                module: Arc::new(
+                    WasmModule::compile(bytes).map_err(|e| ConfigError::Wasm(e.to_string()))?,
+                ),
+                config: if config.is_null() {
+                    "{}".into()
+                } else {
+                    config.to_string()
+                },
+                limits: WasmLimits {
+                    fuel_per_record: limits.fuel_per_record,
+                    memory_bytes: limits.memory_bytes,
+                },
             }),
             _ => None,
         };
@@ -223,8 +252,11 @@ impl Registry {
                     .unwrap_or_default(),
             },
             custom,
+            wasm,
         };
-        job.pipeline()?;
+        if !matches!(config.kind, rendered::ProcessorKind::Wasm { .. }) || job.wasm.is_some() {
+            job.pipeline()?;
+        }
         Ok(job)
     }
 }
@@ -236,7 +268,16 @@ pub struct JobProcessor {
     /// The fields records are decoded by (and a built-in processor's settings).
     config: ProcessorConfig,
     custom: Option<Custom>,
+    wasm: Option<Wasm>,
     identity: ProcessorIdentity,
+}
+
+/// A compiled WebAssembly module and the job's config and limits for it.
+#[derive(Debug, Clone)]
+struct Wasm {
+    module: Arc<WasmModule>,
+    config: String,
+    limits: WasmLimits,
 }
 
 /// A custom processor and the job's config for it.
@@ -249,6 +290,17 @@ struct Custom {
 impl JobProcessor {
     /// A new pipeline: the decoders and a new processor.
     pub fn pipeline(&self) -> Result<Pipeline, ConfigError> {
+        if let Some(Wasm {
+            module,
+            config,
+            limits,
+        }) = &self.wasm
+        {
+            let processor = module
+                .processor(config, *limits)
+                .map_err(|e| ConfigError::Wasm(e.to_string()))?;
+            return Ok(Pipeline::new(self.config.decoder(), Box::new(processor)));
+        }
         let Some(Custom { processor, config }) = &self.custom else {
             return Pipeline::from_config(&self.config);
         };
