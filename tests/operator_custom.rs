@@ -150,10 +150,13 @@ async fn a_custom_processor_answers_every_transaction_exactly_once_through_kills
         velocity_spec(IMAGE, MAX_TRANSACTIONS),
     )
     .await;
-    let before = system.settled(1).await;
+    system.settled(1).await;
 
     let producing = produce_in_background(&system.input, events, 30);
     tokio::time::sleep(Duration::from_millis(500)).await;
+    // The assignment in force at the kill: a settled job may still hand a task off to even out
+    // the pods (its pods start at different times), so the one read when it settled can be stale.
+    let before = system.document().await.unwrap();
     let (victim, new_owner, took) = system.fail_owner_of(0, "KILL").await;
     eprintln!(
         "kill -9 of {victim}: task 0 committed on {new_owner} {:.3} s later",
@@ -318,10 +321,13 @@ async fn a_python_wasm_processor_answers_every_transaction_exactly_once_through_
         upload_python_guest(&streamkeeper_test_support::unique_name("op-wasm")).await;
     let events = 2_000;
     let system = start("op-wasm", 30, (3, 1), events, wasm_spec(&key, &sha256)).await;
-    let before = system.settled(1).await;
+    system.settled(1).await;
 
     let producing = produce_in_background(&system.input, events, 30);
     tokio::time::sleep(Duration::from_millis(500)).await;
+    // The assignment in force at the kill: a settled job may still hand a task off to even out
+    // the pods (its pods start at different times), so the one read when it settled can be stale.
+    let before = system.document().await.unwrap();
     let (victim, new_owner, took) = system.fail_owner_of(0, "KILL").await;
     eprintln!(
         "kill -9 of {victim}: task 0 of the Python guest committed on {new_owner} {:.3} s later",
