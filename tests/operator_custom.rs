@@ -22,7 +22,7 @@
 mod operator_support;
 
 use kube::api::Api;
-use operator_support::cards::{committed_values, sibling_binary};
+use operator_support::cards::{Producing, committed_values, sibling_binary};
 use operator_support::failover::*;
 use operator_support::patch_spec;
 use std::collections::BTreeMap;
@@ -113,6 +113,29 @@ fn found(
     streamkeeper::controller::judge::conditions::find(conditions, type_).cloned()
 }
 
+/// Once the job has settled, produces in the background (the events numbered on from
+/// `events`) and kills task 0's owner with kill -9: its standby must take over. The producer and
+/// the killed pod.
+async fn kill_owner_of_task_0_while_producing(system: &System, events: u32) -> (Producing, String) {
+    system.settled(1).await;
+    let producing = produce_in_background(&system.input, events, 30);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The assignment in force at the kill: a settled job may still hand a task off to even out
+    // the pods (its pods start at different times), so the one read when it settled can be stale.
+    let before = system.document().await.unwrap();
+    let (victim, new_owner, took) = system.fail_owner_of(0, "KILL").await;
+    eprintln!(
+        "kill -9 of {victim}: task 0 committed on {new_owner} {:.3} s later",
+        took.as_secs_f64()
+    );
+    assert_eq!(
+        Some(&new_owner),
+        before.tasks[0].standbys.first(),
+        "the standby took over"
+    );
+    (producing, victim)
+}
+
 /// Empties `pod`'s state volume on the node (its files, not the directory).
 fn wipe_volume(system: &System, pod: &str) {
     let volumes = system
@@ -150,23 +173,7 @@ async fn a_custom_processor_answers_every_transaction_exactly_once_through_kills
         velocity_spec(IMAGE, MAX_TRANSACTIONS),
     )
     .await;
-    system.settled(1).await;
-
-    let producing = produce_in_background(&system.input, events, 30);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    // The assignment in force at the kill: a settled job may still hand a task off to even out
-    // the pods (its pods start at different times), so the one read when it settled can be stale.
-    let before = system.document().await.unwrap();
-    let (victim, new_owner, took) = system.fail_owner_of(0, "KILL").await;
-    eprintln!(
-        "kill -9 of {victim}: task 0 committed on {new_owner} {:.3} s later",
-        took.as_secs_f64()
-    );
-    assert_eq!(
-        Some(&new_owner),
-        before.tasks[0].standbys.first(),
-        "the standby took over"
-    );
+    let (producing, victim) = kill_owner_of_task_0_while_producing(&system, events).await;
 
     // Frozen, so it writes nothing while its volume is wiped; then killed. It restarts with an
     // empty volume while its tasks run on their standbys.
@@ -321,23 +328,7 @@ async fn a_python_wasm_processor_answers_every_transaction_exactly_once_through_
         upload_python_guest(&streamkeeper_test_support::unique_name("op-wasm")).await;
     let events = 2_000;
     let system = start("op-wasm", 30, (3, 1), events, wasm_spec(&key, &sha256)).await;
-    system.settled(1).await;
-
-    let producing = produce_in_background(&system.input, events, 30);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    // The assignment in force at the kill: a settled job may still hand a task off to even out
-    // the pods (its pods start at different times), so the one read when it settled can be stale.
-    let before = system.document().await.unwrap();
-    let (victim, new_owner, took) = system.fail_owner_of(0, "KILL").await;
-    eprintln!(
-        "kill -9 of {victim}: task 0 of the Python guest committed on {new_owner} {:.3} s later",
-        took.as_secs_f64()
-    );
-    assert_eq!(
-        Some(&new_owner),
-        before.tasks[0].standbys.first(),
-        "the standby took over"
-    );
+    let (producing, _) = kill_owner_of_task_0_while_producing(&system, events).await;
     let total = producing.finish();
     wait_until("every transaction answered exactly once", async || {
         exact_velocity_output(&system.output, total)

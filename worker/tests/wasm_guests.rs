@@ -100,7 +100,7 @@ fn the_python_guest_answers_like_the_native_velocity_check() {
         ]
     );
     let keys: Vec<Vec<u8>> = state.entries().keys().cloned().collect();
-    assert_eq!(keys, [b"g/c1".to_vec(), b"h/stream-time".to_vec()]);
+    assert_eq!(keys, [b"g/c1".to_vec(), b"mstream_time".to_vec()]);
 }
 
 #[test]

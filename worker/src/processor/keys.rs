@@ -57,6 +57,22 @@ pub const JOIN_EXPIRY: u8 = b'e';
 pub const TABLE_VERSION: u8 = b'v';
 /// Tag of a stream-table join's pruning index.
 pub const TABLE_PRUNE: u8 = b'p';
+/// The space of a WebAssembly guest's own keys (`wasm`): each stored behind this prefix, so
+/// whatever keys a guest picks, they meet none of the host's.
+pub const WASM_GUEST: &[u8] = b"g/";
+
+/// The first key after every key starting with `prefix`; `None` when there is none (the prefix
+/// is all `0xff`).
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
 
 /// The key holding the id of the newest restore request applied to the state. Being state, it
 /// travels with the changelog and the checkpoints, so a request is applied once wherever the

@@ -9,6 +9,7 @@
 //! trace.
 
 use super::streamkeeper::processor::{host, types};
+use crate::processor::keys;
 use crate::processor::state::{Entry, StateError};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -20,8 +21,6 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::random::Deterministic;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-/// Where a guest's keys live in the task's state.
-pub const GUEST_PREFIX: &[u8] = b"g/";
 /// The most entries one `state-scan` returns.
 pub const MAX_SCAN: u32 = 1000;
 /// How much a guest may write to stderr per instance: what a trap's dead letter quotes (a
@@ -182,19 +181,7 @@ impl HostData {
 
 /// `key` as stored.
 pub fn stored(key: &[u8]) -> Vec<u8> {
-    [GUEST_PREFIX, key].concat()
-}
-
-/// The first key after every key starting with `prefix` (`None`: no such key).
-fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < u8::MAX {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
+    [keys::WASM_GUEST, key].concat()
 }
 
 impl host::Host for HostData {
@@ -232,7 +219,7 @@ impl host::Host for HostData {
             Some(after) if after.starts_with(&prefix) => [stored(&after), vec![0]].concat(),
             _ => stored_prefix.clone(),
         };
-        let to = prefix_end(&stored_prefix).unwrap_or_else(|| vec![u8::MAX; 64]);
+        let to = keys::prefix_end(&stored_prefix).unwrap_or_else(|| vec![u8::MAX; 64]);
         if limit == 0 || from >= to {
             return Ok(Vec::new());
         }
@@ -263,7 +250,7 @@ impl host::Host for HostData {
         Ok(merged
             .into_iter()
             .take(limit)
-            .map(|(key, value)| (key[GUEST_PREFIX.len()..].to_vec(), value))
+            .map(|(key, value)| (key[keys::WASM_GUEST.len()..].to_vec(), value))
             .collect())
     }
 

@@ -10,8 +10,9 @@
 //! - **Sandboxed.** Each record gets a fuel budget, each instance a memory cap; the guest gets
 //!   no files, network, clock (it reads 0) or randomness (a fixed sequence), so replay, standbys
 //!   and restores run it to the same state.
-//! - **Its own key space.** A guest's keys are stored under `g/`; the host keeps the task's
-//!   stream time under `h/` to call `advance` when it moves.
+//! - **Its own key space.** A guest's keys are stored under `g/` (`keys::WASM_GUEST`); the host
+//!   keeps the task's stream time where the built-in processors do (`stream_time`) and calls
+//!   `advance` before a record that moves it.
 
 mod host;
 mod processor;

@@ -7,14 +7,13 @@ use crate::processor::api::{ProcessError, Processor};
 use crate::processor::decode::DecodeError;
 use crate::processor::record::{InputRecord, OutputRecord, ProcessOutput};
 use crate::processor::state::StateAccess;
+use crate::processor::stream_time;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 use wasmtime::{Store, Trap};
 
-/// Where the host keeps the task's stream time (outside the guest's `g/` keys).
-const STREAM_TIME_KEY: &[u8] = b"h/stream-time";
 /// Fuel for `init`: a language runtime's start-up may take far more than a record.
 const INIT_FUEL: u64 = 20_000_000_000;
 /// How much of a trap's text a dead letter keeps.
@@ -218,17 +217,9 @@ impl Processor for WasmProcessor {
         state: &mut dyn StateAccess,
     ) -> Result<ProcessOutput, ProcessError> {
         let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-        let stream_time = match state.get(STREAM_TIME_KEY)? {
-            Some(bytes) => Some(decode_time(&bytes).ok_or_else(|| {
-                ProcessError::corrupt(
-                    STREAM_TIME_KEY,
-                    crate::processor::codec::StateCodecError::BadValue {
-                        why: "stream time is not 8 bytes",
-                    },
-                )
-            })?),
-            None => None,
-        };
+        // Stream time is only written once the call succeeded: a record the guest fails must
+        // leave no trace.
+        let stream_time = stream_time::load(state)?;
         let advance_to = record
             .event_time_ms
             .filter(|&time| stream_time.is_none_or(|current| time > current));
@@ -242,7 +233,7 @@ impl Processor for WasmProcessor {
                     }
                 }
                 if let Some(time) = advance_to {
-                    state.put(STREAM_TIME_KEY, time.to_be_bytes().to_vec())?;
+                    stream_time::advance(state, time)?;
                 }
                 let records = std::mem::take(&mut data.emitted)
                     .into_iter()
@@ -260,8 +251,4 @@ impl Processor for WasmProcessor {
             }
         }
     }
-}
-
-fn decode_time(bytes: &[u8]) -> Option<i64> {
-    Some(i64::from_be_bytes(bytes.try_into().ok()?))
 }

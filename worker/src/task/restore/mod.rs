@@ -166,22 +166,14 @@ fn applied(
             Source::Joined(_) => positions.set(read.source, 0),
             Source::Rekeyed(side, _) | Source::Whole(side, _) => {
                 let prefix = sources::source_positions_prefix(side);
-                for (key, _) in store.scan(prefix, &prefix_end(prefix))? {
+                let end = keys::prefix_end(prefix).unwrap_or_default();
+                for (key, _) in store.scan(prefix, &end)? {
                     changes.delete(&key);
                 }
             }
         }
     }
     Ok((changes, positions))
-}
-
-/// The first key after every key starting with `prefix` (whose last byte is below 0xff).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    if let Some(last) = end.last_mut() {
-        *last += 1;
-    }
-    end
 }
 
 fn marker(id: &str) -> ChangeSet {
