@@ -110,11 +110,71 @@ async fn apiserver_validates_stateful_stream_jobs() {
             .expect_err("an immutable field must not change");
         assert!(error.to_string().contains(field), "{error}");
     }
+    wasm_module_is_the_processor_change_allowed(&jobs).await;
 
     Api::<Namespace>::all(client)
         .delete(&namespace, &DeleteParams::default())
         .await
         .expect("namespace deleted");
+}
+
+/// A WebAssembly processor's module, limits and `readsStateOf` may change (a new build the
+/// worker judges against the state); its config and key field may not.
+async fn wasm_module_is_the_processor_change_allowed(jobs: &Api<StatefulStreamJob>) {
+    let mut job = example("card-count.yaml");
+    job.metadata.name = Some("velocity".into());
+    job.spec.processor = serde_json::from_value(serde_json::json!({
+        "type": "wasm",
+        "keyField": "card",
+        "timeField": "ts",
+        "wasm": {
+            "module": {"key": "guests/velocity.wasm", "sha256": "a".repeat(64)},
+            "config": {"maxTransactions": 3, "windowMinutes": 10}
+        }
+    }))
+    .unwrap();
+    let job = jobs
+        .create(&PostParams::default(), &job)
+        .await
+        .expect("a wasm job is accepted");
+    let mut upgraded = job.clone();
+    let wasm = upgraded.spec.processor.wasm.as_mut().unwrap();
+    wasm.module.sha256 = "b".repeat(64);
+    wasm.module.key = "guests/velocity-2.wasm".into();
+    wasm.reads_state_of = Some(vec!["a".repeat(64)]);
+    let upgraded = jobs
+        .replace("velocity", &PostParams::default(), &upgraded)
+        .await
+        .expect("a new build of the module may replace the old");
+    let bad_digest = {
+        let mut changed = upgraded.clone();
+        changed.spec.processor.wasm.as_mut().unwrap().reads_state_of = Some(vec!["B".into()]);
+        changed
+    };
+    let error = jobs
+        .replace("velocity", &PostParams::default(), &bad_digest)
+        .await
+        .expect_err("readsStateOf holds digests");
+    assert!(error.to_string().contains("readsStateOf"), "{error}");
+    for change in [
+        Box::new(|job: &mut StatefulStreamJob| {
+            job.spec.processor.wasm.as_mut().unwrap().config =
+                serde_json::from_value(serde_json::json!({"maxTransactions": 4})).unwrap()
+        }) as Box<dyn Fn(&mut StatefulStreamJob)>,
+        Box::new(|job: &mut StatefulStreamJob| job.spec.processor.key_field = "user".into()),
+        Box::new(|job: &mut StatefulStreamJob| job.spec.processor.time_field = None),
+    ] {
+        let mut changed = upgraded.clone();
+        change(&mut changed);
+        let error = jobs
+            .replace("velocity", &PostParams::default(), &changed)
+            .await
+            .expect_err("a wasm processor's config and fields are immutable");
+        assert!(
+            error.to_string().contains("spec.processor is immutable"),
+            "{error}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -88,6 +88,7 @@ pub enum Field {
     WasmModuleSha256,
     WasmFuelPerRecord,
     WasmMemoryBytes,
+    WasmReadsStateOf,
     WriteBufferSize,
     CheckpointInterval,
     CheckpointRetain,
@@ -133,6 +134,7 @@ impl Field {
             Field::WasmModuleSha256 => "spec.processor.wasm.module.sha256",
             Field::WasmFuelPerRecord => "spec.processor.wasm.limits.fuelPerRecord",
             Field::WasmMemoryBytes => "spec.processor.wasm.limits.memoryBytes",
+            Field::WasmReadsStateOf => "spec.processor.wasm.readsStateOf",
             Field::WriteBufferSize => "spec.state.rocksdb.writeBufferSize",
             Field::CheckpointInterval => "spec.checkpoint.interval",
             Field::CheckpointRetain => "spec.checkpoint.retain",
@@ -177,6 +179,7 @@ impl Field {
             Field::WasmModuleSha256 => "processor.module.sha256",
             Field::WasmFuelPerRecord => "processor.limits.fuelPerRecord",
             Field::WasmMemoryBytes => "processor.limits.memoryBytes",
+            Field::WasmReadsStateOf => "processor.readsStateOf",
             Field::WriteBufferSize => "state.rocksdb.writeBufferBytes",
             Field::CheckpointInterval => "checkpoint.interval",
             Field::CheckpointRetain => "checkpoint.retain",
@@ -199,7 +202,8 @@ mod custom;
 mod join;
 
 pub use custom::{
-    MAX_CUSTOM_NAME_LEN, MAX_WASM_FUEL_PER_RECORD, WASM_MEMORY_BYTES, custom_name, wasm,
+    MAX_CUSTOM_NAME_LEN, MAX_WASM_FUEL_PER_RECORD, MAX_WASM_READS_STATE_OF, WASM_MEMORY_BYTES,
+    custom_name, wasm, wasm_reads_state_of,
 };
 
 fn violation(field: Field, reason: impl Into<String>) -> Violation {
@@ -382,8 +386,14 @@ pub fn processor(config: &ProcessorConfig) -> Result<(), Violation> {
             custom_name(name)?;
             false
         }
-        ProcessorKind::Wasm { module, limits, .. } => {
+        ProcessorKind::Wasm {
+            module,
+            limits,
+            reads_state_of,
+            ..
+        } => {
             wasm(module, limits)?;
+            wasm_reads_state_of(module, reads_state_of)?;
             false
         }
     };

@@ -272,3 +272,36 @@ fn a_wasm_module_is_pinned_by_its_digest_and_its_limits_are_bounded() {
     );
     assert_eq!(wasm(&ok, &with(1000, 16 << 20)), Ok(()));
 }
+
+#[test]
+fn a_wasm_module_reads_the_state_of_earlier_builds_named_by_digest() {
+    use crate::worker_config::WasmModuleSource;
+    let module = WasmModuleSource {
+        bucket: None,
+        key: "guests/velocity.wasm".into(),
+        sha256: "a".repeat(64),
+    };
+    assert_eq!(wasm_reads_state_of(&module, &[]), Ok(()));
+    assert_eq!(
+        wasm_reads_state_of(&module, &["b".repeat(64), "c".repeat(64)]),
+        Ok(())
+    );
+    for bad in [
+        vec!["B".repeat(64)],
+        vec!["b".repeat(63)],
+        vec!["a".repeat(64)],
+    ] {
+        assert_eq!(
+            refused_field(wasm_reads_state_of(&module, &bad)),
+            Field::WasmReadsStateOf,
+            "{bad:?}"
+        );
+    }
+    let many: Vec<String> = (0..=MAX_WASM_READS_STATE_OF)
+        .map(|i| format!("{i:064x}"))
+        .collect();
+    assert_eq!(
+        refused_field(wasm_reads_state_of(&module, &many)),
+        Field::WasmReadsStateOf
+    );
+}

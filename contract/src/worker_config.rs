@@ -448,9 +448,11 @@ pub(crate) mod tests {
                 fuel_per_record: 5_000_000,
                 memory_bytes: 64 << 20,
             },
+            reads_state_of: vec!["1e".repeat(32)],
         };
         let yaml = config.to_yaml();
         assert!(yaml.contains("kind: wasm"), "{yaml}");
+        assert!(yaml.contains("readsStateOf"), "{yaml}");
         assert_eq!(WorkerConfig::from_yaml(&yaml).unwrap(), config);
         assert_eq!(WorkerConfig::from_json(&config.to_json()).unwrap(), config);
     }

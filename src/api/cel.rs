@@ -86,6 +86,25 @@ pub fn optional_immutable(field: &str, path: &str, why: &str) -> Rule {
     .field_path(format!(".{field}"))
 }
 
+/// `spec.processor` keeps the value it was created with, but for a WebAssembly processor's
+/// module, limits and `readsStateOf`: a new build of the module is an upgrade the worker
+/// judges against the state (it goes on only from a build the new one declares it reads).
+pub fn processor_immutable() -> Rule {
+    let same = |field: &str| {
+        format!(
+            "has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == oldSelf.{field})"
+        )
+    };
+    Rule::new(format!(
+        "self == oldSelf || (self.type == 'wasm' && oldSelf.type == 'wasm' && self.keyField == oldSelf.keyField && {} && {})",
+        same("timeField"),
+        same("wasm.config"),
+    ))
+    .message(
+        "spec.processor is immutable but for a wasm processor's module, limits and readsStateOf: state built by one processor cannot be read by another; create a new job (or delete and recreate this one with deletionPolicy Delete)",
+    )
+}
+
 /// The field this rule sits on keeps the value it was created with.
 pub fn immutable(path: &str, why: &str) -> Rule {
     Rule::new("self == oldSelf").message(Message::Message(format!("{path} is immutable: {why}")))

@@ -120,8 +120,9 @@ pub struct StatefulStreamJobSpec {
     pub kafka: KafkaSpec,
 
     /// The processing logic and the record fields it reads. Immutable: the state of one
-    /// processor means nothing to another.
-    #[x_kube(validation = kube::core::Rule::new("self == oldSelf").message("spec.processor is immutable: state built by one processor cannot be read by another; create a new job (or delete and recreate this one with deletionPolicy Delete)"))]
+    /// processor means nothing to another. A WebAssembly processor's module, limits and
+    /// `readsStateOf` may change: a new build that declares it reads the old one's state.
+    #[x_kube(validation = crate::api::cel::processor_immutable())]
     pub processor: ProcessorSpec,
 
     /// Local state on a persistent volume per pod.

@@ -69,6 +69,14 @@ pub struct WasmSpec {
     /// The sandbox's limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<WasmLimitsSpec>,
+
+    /// The SHA-256 digests of earlier builds of this module whose state this build reads: a
+    /// bug fix that keeps the state's format. A task whose state one of them built goes on from
+    /// it and records this build's digest; a state built by any other module stops the task,
+    /// naming both. Changing `module` (and this list) is the one change `spec.processor` allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16), inner(pattern(r"^[0-9a-f]{64}$")))]
+    pub reads_state_of: Option<Vec<String>>,
 }
 
 /// Where the component is: an S3 object read with the job's checkpoint endpoint and

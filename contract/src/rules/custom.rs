@@ -34,23 +34,55 @@ pub const WASM_MEMORY_BYTES: std::ops::RangeInclusive<u64> = (16 << 20)..=(4 << 
 /// The most fuel a record may burn (about ten seconds of a busy instance).
 pub const MAX_WASM_FUEL_PER_RECORD: u64 = 10_000_000_000;
 
+/// The most earlier builds a WebAssembly module may declare it reads the state of.
+pub const MAX_WASM_READS_STATE_OF: usize = 16;
+
+fn sha256(field: Field, digest: &str) -> Result<(), Violation> {
+    let hex = digest.len() == 64
+        && digest
+            .chars()
+            .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c));
+    if hex {
+        Ok(())
+    } else {
+        Err(violation(
+            field,
+            format!("`{digest}` is not a SHA-256: 64 lowercase hex digits (sha256sum prints it)"),
+        ))
+    }
+}
+
+/// The earlier builds whose state a WebAssembly module declares it reads: digests, at most
+/// [`MAX_WASM_READS_STATE_OF`], none of them the module's own (that state is its own already).
+pub fn wasm_reads_state_of(module: &WasmModuleSource, digests: &[String]) -> Result<(), Violation> {
+    if digests.len() > MAX_WASM_READS_STATE_OF {
+        return Err(violation(
+            Field::WasmReadsStateOf,
+            format!(
+                "names {} builds: at most {MAX_WASM_READS_STATE_OF}",
+                digests.len()
+            ),
+        ));
+    }
+    for digest in digests {
+        sha256(Field::WasmReadsStateOf, digest)?;
+        if *digest == module.sha256 {
+            return Err(violation(
+                Field::WasmReadsStateOf,
+                format!("names the module's own digest `{digest}`: list earlier builds only"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A WebAssembly processor's module and limits: a key, a digest of 64 lowercase hex digits,
 /// and limits within bounds.
 pub fn wasm(module: &WasmModuleSource, limits: &WasmLimitsConfig) -> Result<(), Violation> {
     if module.key.trim().is_empty() {
         return Err(violation(Field::WasmModuleKey, "must not be empty"));
     }
-    let digest = &module.sha256;
-    if digest.len() != 64
-        || !digest
-            .chars()
-            .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
-    {
-        return Err(violation(
-            Field::WasmModuleSha256,
-            format!("`{digest}` is not a SHA-256: 64 lowercase hex digits (sha256sum prints it)"),
-        ));
-    }
+    sha256(Field::WasmModuleSha256, &module.sha256)?;
     if !(1..=MAX_WASM_FUEL_PER_RECORD).contains(&limits.fuel_per_record) {
         return Err(violation(
             Field::WasmFuelPerRecord,

@@ -75,6 +75,11 @@ pub enum ProcessorKind {
         config: serde_json::Value,
         #[serde(default)]
         limits: WasmLimitsConfig,
+        /// Digests of earlier builds of this module whose state this one reads (a bug fix that
+        /// keeps the state's format): a task whose state one of them built goes on from it, and
+        /// records this module's digest instead.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reads_state_of: Vec<String>,
     },
 }
 

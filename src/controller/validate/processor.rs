@@ -141,6 +141,7 @@ fn wasm_kind(spec: &WasmSpec) -> ProcessorKind {
                 .and_then(|l| l.memory_bytes)
                 .unwrap_or(defaults.memory_bytes),
         },
+        reads_state_of: spec.reads_state_of.clone().unwrap_or_default(),
     }
 }
 

@@ -377,11 +377,7 @@ impl From<&streamkeeper_contract::worker_config::ProcessorConfig> for ProcessorC
                 name: name.clone(),
                 config: config.clone(),
             },
-            Rendered::Wasm {
-                module: _,
-                config,
-                limits,
-            } => ProcessorKind::Wasm {
+            Rendered::Wasm { config, limits, .. } => ProcessorKind::Wasm {
                 config: config.clone(),
                 fuel_per_record: limits.fuel_per_record,
                 memory_bytes: limits.memory_bytes,

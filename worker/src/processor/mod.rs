@@ -25,6 +25,7 @@ pub mod config;
 pub mod count;
 pub mod decode;
 pub mod dedup;
+pub mod identity;
 pub mod join;
 pub mod keys;
 pub mod pipeline;
@@ -48,13 +49,13 @@ pub use config::{ConfigError, ProcessorConfig, ProcessorKind, WindowSpec};
 pub use count::CountProcessor;
 pub use decode::{DecodeError, MAX_ABS_EVENT_TIME_MS, RecordDecoder, RightDecoder, TableDecoder};
 pub use dedup::DedupProcessor;
+pub use identity::{Build, ProcessorIdentity};
 pub use join::{JoinConfigError, JoinKind, JoinMode, JoinProcessor};
 pub use pipeline::{Pipeline, RawInput};
 pub use placement::Placement;
 pub use record::{DropReason, InputRecord, OutputRecord, ProcessOutput, Side};
 pub use registry::{
-    ConfigRefused, CustomProcessor, CustomSettings, JobProcessor, ProcessorIdentity,
-    RegistrationError, Registry,
+    ConfigRefused, CustomProcessor, CustomSettings, JobProcessor, RegistrationError, Registry,
 };
 pub use state::{Entry, MemoryState, StateAccess, StateError};
 pub use window::{Window, WindowAssigner, WindowError};

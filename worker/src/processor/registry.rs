@@ -9,10 +9,12 @@
 //!
 //! A custom processor's identity in the state is its name, its config and the version it
 //! declares ([`ProcessorIdentity`]); a new version reads the state of an older one only when it
-//! says so ([`CustomProcessor::reads_state_of`]).
+//! says so ([`CustomProcessor::reads_state_of`]). A WebAssembly processor's is its config and
+//! its module's digest.
 
 use super::api::Processor;
 use super::config::{ConfigError, ProcessorConfig};
+use super::identity::ProcessorIdentity;
 use super::pipeline::Pipeline;
 use super::wasm::{WasmLimits, WasmModule};
 use serde::de::DeserializeOwned;
@@ -83,6 +85,11 @@ impl CustomProcessor {
     /// The declared version.
     pub fn version(&self) -> u32 {
         self.version
+    }
+
+    /// The older versions whose state this one declares it reads.
+    pub fn readable_versions(&self) -> &BTreeSet<u32> {
+        &self.reads_state_of
     }
 }
 
@@ -241,16 +248,9 @@ impl Registry {
             }),
             _ => None,
         };
-        let declared = custom.as_ref().map(|c| &c.processor);
         let job = JobProcessor {
             config: ProcessorConfig::from(config),
-            identity: ProcessorIdentity {
-                config: serde_json::to_value(config).unwrap_or(Value::Null),
-                version: declared.map(|p| p.version),
-                reads_state_of: declared
-                    .map(|p| p.reads_state_of.clone())
-                    .unwrap_or_default(),
-            },
+            identity: ProcessorIdentity::of(config, custom.as_ref().map(|c| &*c.processor)),
             custom,
             wasm,
         };
@@ -321,19 +321,6 @@ impl JobProcessor {
     pub fn identity(&self) -> &ProcessorIdentity {
         &self.identity
     }
-}
-
-/// Which processor built a task's state: the rendered processor config (for a custom
-/// processor: its name and config) and, for a custom processor, its declared version and the
-/// older versions whose state it reads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcessorIdentity {
-    /// The processor config as the worker config renders it, as JSON.
-    pub config: Value,
-    /// A custom processor's declared version.
-    pub version: Option<u32>,
-    /// Older versions whose state this one reads.
-    pub reads_state_of: BTreeSet<u32>,
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 use super::*;
 use crate::processor::api::ProcessError;
+use crate::processor::identity::Build;
 use crate::processor::record::{InputRecord, OutputRecord, ProcessOutput};
 use crate::processor::state::{MemoryState, StateAccess};
 use serde_json::json;
@@ -89,10 +90,10 @@ fn its_identity_is_name_config_and_declared_version() {
         .resolve(&rendered("suffix", json!({"suffix": "!"})))
         .unwrap();
     let identity = job.identity();
-    assert_eq!(identity.version, Some(2));
-    assert_eq!(identity.reads_state_of, BTreeSet::from([1]));
-    assert_eq!(identity.config["name"], "suffix");
-    assert_eq!(identity.config["config"]["suffix"], "!");
+    assert_eq!(identity.build, Some(Build::Version(2)));
+    assert_eq!(identity.reads_state_of, BTreeSet::from([Build::Version(1)]));
+    assert_eq!(identity.settings["name"], "suffix");
+    assert_eq!(identity.settings["config"]["suffix"], "!");
     let built_in = registry()
         .resolve(&rendered::ProcessorConfig {
             key_field: "card".into(),
@@ -100,7 +101,7 @@ fn its_identity_is_name_config_and_declared_version() {
             kind: Rendered::Count,
         })
         .unwrap();
-    assert_eq!(built_in.identity().version, None);
+    assert_eq!(built_in.identity().build, None);
     assert_eq!(built_in.pipeline().unwrap().kind(), "count");
 }
 

@@ -8,27 +8,18 @@
 //! state with no identity (new, or written before this rule) gets this job's.
 
 use super::processing_loop::ActiveLoop;
-use crate::processor::ProcessorIdentity;
 use crate::processor::keys;
+use crate::processor::{Build, ProcessorIdentity};
 use crate::store::{ChangeSet, RocksStore, StateStore};
 use crate::task::TaskError;
 use serde_json::Value;
 
-/// The encoding version of the stored identity: a version byte, then the processor config as
-/// JSON (a custom processor's with its declared `version` beside the config's fields).
+/// The encoding version of the stored identity: a version byte, then
+/// [`ProcessorIdentity::to_stored`]'s JSON.
 const IDENTITY_FORMAT_VERSION: u8 = 1;
 
-/// The stored JSON of `identity`.
-fn as_json(identity: &ProcessorIdentity) -> Value {
-    let mut json = identity.config.clone();
-    if let (Some(version), Value::Object(fields)) = (identity.version, &mut json) {
-        fields.insert("version".into(), version.into());
-    }
-    json
-}
-
 fn encode(identity: &ProcessorIdentity) -> Result<Vec<u8>, TaskError> {
-    let json = serde_json::to_vec(&as_json(identity))
+    let json = serde_json::to_vec(&identity.to_stored())
         .map_err(|e| TaskError::Internal(format!("encoding the processor identity: {e}")))?;
     Ok([&[IDENTITY_FORMAT_VERSION][..], &json].concat())
 }
@@ -56,11 +47,11 @@ pub enum Verdict {
 pub enum ProcessorVerdict {
     /// As [`Verdict`] says.
     Is(Verdict),
-    /// Built by an older version of this custom processor, with the same config, whose state
-    /// this version declares it reads: this version's identity is written.
+    /// Built by an earlier build of this processor, with the same settings, whose state this
+    /// build declares it reads: this build's identity is written.
     Adopted {
-        /// The version that built the state.
-        from: u64,
+        /// The build that built the state.
+        from: Build,
     },
 }
 
@@ -69,31 +60,40 @@ pub fn judge(task: u32, stored: Option<&[u8]>, ours: &ProcessorIdentity) -> Proc
     let Some(stored) = stored else {
         return ProcessorVerdict::Is(Verdict::Unmarked);
     };
-    let ours_json = as_json(ours);
-    let theirs = decode(stored);
-    if theirs.as_ref() == Some(&ours_json) {
-        return ProcessorVerdict::Is(Verdict::Same);
-    }
-    let mut their_config = theirs.clone().unwrap_or(Value::Null);
-    let their_version = match &mut their_config {
-        Value::Object(fields) => fields.remove("version").and_then(|v| v.as_u64()),
-        _ => None,
-    };
-    let hint = match (their_version, ours.version) {
-        (Some(from), Some(_)) if their_config == ours.config => {
-            if ours.reads_state_of.iter().any(|&v| u64::from(v) == from) {
-                return ProcessorVerdict::Adopted { from };
+    let theirs_json = decode(stored);
+    let theirs = theirs_json.clone().map(ProcessorIdentity::from_stored);
+    let hint = match &theirs {
+        Some(theirs) if theirs.settings == ours.settings => {
+            if theirs.build == ours.build {
+                return ProcessorVerdict::Is(Verdict::Same);
             }
-            format!(
-                " If this version reads the state version {from} built, declare it in the processor's registration (reads_state_of([{from}]))."
-            )
+            match (&theirs.build, &ours.build) {
+                (Some(from), Some(_)) if ours.reads_state_of.contains(from) => {
+                    return ProcessorVerdict::Adopted { from: from.clone() };
+                }
+                (Some(from), Some(_)) => how_to_declare(from),
+                _ => String::new(),
+            }
         }
         _ => String::new(),
     };
-    let theirs = theirs.map_or_else(|| "an unreadable identity".into(), |v| v.to_string());
+    let theirs = theirs_json.map_or_else(|| "an unreadable identity".into(), |v| v.to_string());
+    let ours = ours.to_stored();
     ProcessorVerdict::Is(Verdict::Other(format!(
-        "task {task}'s state was built by processor {theirs}, but this job runs {ours_json}: state of one processor cannot be read by another.{hint} Delete the old job's data (deletionPolicy: Delete), or give this job other topic names and S3 prefix"
+        "task {task}'s state was built by processor {theirs}, but this job runs {ours}: state of one processor cannot be read by another.{hint} Delete the old job's data (deletionPolicy: Delete), or give this job other topic names and S3 prefix"
     )))
+}
+
+/// How a build declares that it reads the state `from` built.
+fn how_to_declare(from: &Build) -> String {
+    match from {
+        Build::Version(version) => format!(
+            " If this version reads the state version {version} built, declare it in the processor's registration (reads_state_of([{version}]))."
+        ),
+        Build::Module(digest) => format!(
+            " If this module reads the state module {digest} built, declare it in the job: spec.processor.wasm.readsStateOf: [\"{digest}\"]."
+        ),
+    }
 }
 
 /// Checks the state restored into `store` against the job's processor, writing the job's
@@ -110,11 +110,16 @@ pub(in crate::task) fn check(
         ProcessorVerdict::Is(Verdict::Same) => Ok(()),
         ProcessorVerdict::Is(Verdict::Unmarked) => record(store, ours, active),
         ProcessorVerdict::Adopted { from } => {
+            let to = ours
+                .build
+                .as_ref()
+                .map(Build::to_string)
+                .unwrap_or_default();
             tracing::info!(
                 task,
-                from,
-                to = ours.version,
-                "the state was built by an older version of the processor, which this one declares it reads: going on from it"
+                %from,
+                %to,
+                "the state was built by an earlier build of the processor, which this one declares it reads: going on from it, recording this build"
             );
             record(store, ours, active)
         }
@@ -139,17 +144,26 @@ mod tests {
 
     fn count(key_field: &str) -> ProcessorIdentity {
         ProcessorIdentity {
-            config: serde_json::json!({"keyField": key_field, "kind": "count"}),
-            version: None,
+            settings: serde_json::json!({"keyField": key_field, "kind": "count"}),
+            build: None,
             reads_state_of: BTreeSet::new(),
         }
     }
 
     fn custom(version: u32, reads: &[u32], threshold: u32) -> ProcessorIdentity {
         ProcessorIdentity {
-            config: serde_json::json!({"keyField": "card", "kind": "custom", "name": "velocity-check", "config": {"threshold": threshold}}),
-            version: Some(version),
-            reads_state_of: reads.iter().copied().collect(),
+            settings: serde_json::json!({"keyField": "card", "kind": "custom", "name": "velocity-check", "config": {"threshold": threshold}}),
+            build: Some(Build::Version(version)),
+            reads_state_of: reads.iter().map(|&v| Build::Version(v)).collect(),
+        }
+    }
+
+    fn wasm(digest: char, reads: &[char], max: u32) -> ProcessorIdentity {
+        let module = |c: char| Build::Module(c.to_string().repeat(64));
+        ProcessorIdentity {
+            settings: serde_json::json!({"keyField": "card", "kind": "wasm", "config": {"maxTransactions": max}}),
+            build: Some(module(digest)),
+            reads_state_of: reads.iter().map(|&c| module(c)).collect(),
         }
     }
 
@@ -200,7 +214,9 @@ mod tests {
         );
         assert_eq!(
             judge(0, Some(&stored), &custom(2, &[1], 3)),
-            ProcessorVerdict::Adopted { from: 1 }
+            ProcessorVerdict::Adopted {
+                from: Build::Version(1)
+            }
         );
         let ProcessorVerdict::Is(Verdict::Other(reason)) =
             judge(2, Some(&stored), &custom(2, &[], 3))
@@ -225,5 +241,38 @@ mod tests {
             judge(0, Some(&counted), &custom(1, &[], 3)),
             ProcessorVerdict::Is(Verdict::Other(_))
         ));
+    }
+
+    #[test]
+    fn a_new_module_reads_an_old_modules_state_only_when_the_job_declares_it() {
+        let stored = encode(&wasm('a', &[], 3)).unwrap();
+        assert_eq!(
+            judge(0, Some(&stored), &wasm('a', &[], 3)),
+            ProcessorVerdict::Is(Verdict::Same)
+        );
+        assert_eq!(
+            judge(0, Some(&stored), &wasm('b', &['a'], 3)),
+            ProcessorVerdict::Adopted {
+                from: Build::Module("a".repeat(64))
+            }
+        );
+        let ProcessorVerdict::Is(Verdict::Other(reason)) =
+            judge(1, Some(&stored), &wasm('b', &['c'], 3))
+        else {
+            panic!("an undeclared module must not read the state");
+        };
+        let (a, b) = ("a".repeat(64), "b".repeat(64));
+        assert!(reason.contains(&a) && reason.contains(&b), "{reason}");
+        assert!(
+            reason.contains(&format!("spec.processor.wasm.readsStateOf: [\"{a}\"]")),
+            "{reason}"
+        );
+        // Another config is another processor, whatever the job declares.
+        let ProcessorVerdict::Is(Verdict::Other(reason)) =
+            judge(0, Some(&stored), &wasm('b', &['a'], 4))
+        else {
+            panic!("another config must not read the state");
+        };
+        assert!(!reason.contains("readsStateOf"), "{reason}");
     }
 }
