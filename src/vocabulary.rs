@@ -38,6 +38,10 @@ pub mod reasons {
     /// The workers refused the config the spec makes (a processor their image does not offer,
     /// settings the processor refuses); the message names the pod and the worker's reason.
     pub const CONFIG_REFUSED: &str = "ConfigRefused";
+    /// A WebAssembly processor's module is not at the location the spec names.
+    pub const MODULE_MISSING: &str = "ModuleMissing";
+    /// The object at the module's location has another digest than the spec pins.
+    pub const MODULE_MISMATCH: &str = "ModuleMismatch";
     // Ready
     pub const ALL_TASKS_RUNNING: &str = "AllTasksRunning";
     pub const TASKS_NOT_RUNNING: &str = "TasksNotRunning";

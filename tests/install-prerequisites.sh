@@ -5,22 +5,13 @@
 #   openssl, curl  certificates and health checks of the test services
 #   maven, default-jre-headless (if no java)  Kafka from Maven Central
 #   python3-venv  SeaweedFS from PyPI
+#   lld, wasi-libc, libclang-rt-dev-wasm32  the C WebAssembly guests (examples/wasm/build.sh)
 # Rust (rustup), Go and Java are expected on the machine; the script checks and says so.
 source "$(dirname "$0")/services/lib.sh"
 
 packages=(libclang-dev clang cmake pkg-config libcurl4-openssl-dev libssl-dev libsasl2-dev zlib1g-dev
-          openssl curl maven python3-venv)
-missing=()
-for package in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
-done
-if ((${#missing[@]})); then
-  log "installing: ${missing[*]}"
-  sudo=""; [[ $(id -u) -eq 0 ]] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null \
-    || die "apt-get install ${missing[*]} failed"
-fi
+          openssl curl maven python3-venv lld wasi-libc libclang-rt-dev-wasm32)
+install_debian_packages "${packages[@]}"
 
 command -v cargo >/dev/null || die "cargo is missing: install Rust with rustup (https://rustup.rs)"
 command -v go >/dev/null || die "go is missing: install Go 1.24 or newer (the control plane is built from source)"

@@ -12,7 +12,8 @@
 //! A WebAssembly processor (`examples/wasm/python/app.py`, the same velocity check as a Python
 //! guest) runs on the stock worker image from a component in S3 pinned by its digest: through
 //! kill -9 with standbys, every transaction is answered exactly once, the same way. A digest
-//! that does not match the object is `Invalid` naming the module.
+//! that does not match the object, or a module that is not there, is `Invalid` naming the
+//! module, before anything is created.
 //!
 //! A config only the worker can judge: a job naming `velocity-check` on the stock worker image
 //! shows `Invalid` (`ConfigRefused`) with the worker's reason, as does a config the processor
@@ -335,29 +336,55 @@ async fn a_python_wasm_processor_answers_every_transaction_exactly_once_through_
     })
     .await;
 
-    // Another job pinning a digest the object does not have runs nothing.
+    // A job pinning a digest the object does not have, or naming a module that is not there,
+    // is Invalid naming the module, and nothing is created for it.
     let jobs: Api<StatefulStreamJob> = Api::namespaced(system.client.clone(), &system.namespace);
-    let mut mismatched = jobs.get(system.name).await.unwrap();
-    mismatched.metadata = kube::api::ObjectMeta {
-        name: Some("cards-mismatched".into()),
-        ..Default::default()
+    let template = jobs.get(system.name).await.unwrap();
+    let refused = async |name: &str, change: &dyn Fn(&mut streamkeeper::api::WasmSpec), reason| {
+        let mut job = template.clone();
+        job.metadata = kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        job.status = None;
+        change(job.spec.processor.wasm.as_mut().unwrap());
+        jobs.create(&Default::default(), &job).await.unwrap();
+        let message = wait_until(&format!("{name}: Invalid {reason}"), async || {
+            let job = jobs.get(name).await.ok()?;
+            let invalid = found(&job, "Invalid")?;
+            (invalid.status == "True" && invalid.reason == reason).then_some(invalid.message)
+        })
+        .await;
+        let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+            Api::namespaced(system.client.clone(), &system.namespace);
+        assert!(
+            sets.get_opt(&streamkeeper::k8s::names::stateful_set(name))
+                .await
+                .unwrap()
+                .is_none()
+                && sets.list(&Default::default()).await.unwrap().items.len() == 1,
+            "nothing is created for {name}"
+        );
+        message
     };
-    mismatched.status = None;
-    if let Some(wasm) = mismatched.spec.processor.wasm.as_mut() {
-        wasm.module.sha256 = "0".repeat(64);
-    }
-    jobs.create(&Default::default(), &mismatched).await.unwrap();
-    let message = wait_until("Invalid ConfigRefused naming the module", async || {
-        let job = jobs.get("cards-mismatched").await.ok()?;
-        let invalid = found(&job, "Invalid")?;
-        (invalid.status == "True" && invalid.reason == "ConfigRefused").then_some(invalid.message)
-    })
+    let mismatched = refused(
+        "cards-mismatched",
+        &|wasm| wasm.module.sha256 = "0".repeat(64),
+        "ModuleMismatch",
+    )
     .await;
     assert!(
-        message.contains(&key)
-            && message.contains(&sha256)
-            && message.contains("refusing to run it"),
-        "{message}"
+        mismatched.contains(&key)
+            && mismatched.contains(&sha256)
+            && mismatched.contains(&"0".repeat(64)),
+        "{mismatched}"
     );
+    let missing = refused(
+        "cards-missing",
+        &|wasm| wasm.module.key = format!("{key}.missing"),
+        "ModuleMissing",
+    )
+    .await;
+    assert!(missing.contains(&format!("{key}.missing")), "{missing}");
     system.clean_up().await;
 }

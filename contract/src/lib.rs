@@ -35,6 +35,7 @@ pub mod version;
 pub mod checkpoint_layout;
 pub mod co_partitioning;
 pub mod manifest;
+pub mod module_digest;
 pub mod owner_marker;
 pub mod restore_request;
 pub mod task_report;

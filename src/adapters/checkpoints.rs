@@ -60,33 +60,39 @@ pub struct CheckpointReader {
     job: JobIdentity,
 }
 
+/// An S3 client for `settings`' server, with `keys`, or the ambient AWS credentials when
+/// there are none: what the operator reads a job's objects with (checkpoints, its module).
+pub async fn s3_client(settings: &S3Location, keys: Option<S3AccessKeys>) -> Client {
+    let mut config = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(settings.region.clone()))
+        .force_path_style(settings.path_style);
+    if let Some(endpoint) = &settings.endpoint {
+        config = config.endpoint_url(endpoint);
+    }
+    config = match keys {
+        Some(keys) => config.credentials_provider(Credentials::new(
+            keys.access_key_id,
+            keys.secret_access_key,
+            None,
+            None,
+            "streamkeeper-job-secret",
+        )),
+        None => {
+            let ambient = aws_config::defaults(BehaviorVersion::latest()).load().await;
+            match ambient.credentials_provider() {
+                Some(provider) => config.credentials_provider(provider),
+                None => config,
+            }
+        }
+    };
+    Client::from_conf(config.build())
+}
+
 impl CheckpointReader {
     pub async fn new(settings: S3Location, keys: Option<S3AccessKeys>, job: JobIdentity) -> Self {
-        let mut config = aws_sdk_s3::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(settings.region))
-            .force_path_style(settings.path_style);
-        if let Some(endpoint) = &settings.endpoint {
-            config = config.endpoint_url(endpoint);
-        }
-        config = match keys {
-            Some(keys) => config.credentials_provider(Credentials::new(
-                keys.access_key_id,
-                keys.secret_access_key,
-                None,
-                None,
-                "streamkeeper-job-secret",
-            )),
-            None => {
-                let ambient = aws_config::defaults(BehaviorVersion::latest()).load().await;
-                match ambient.credentials_provider() {
-                    Some(provider) => config.credentials_provider(provider),
-                    None => config,
-                }
-            }
-        };
         Self {
-            client: Client::from_conf(config.build()),
+            client: s3_client(&settings, keys).await,
             bucket: settings.bucket,
             prefix: settings.prefix,
             job,

@@ -8,6 +8,7 @@
 //!   owner record at the start of a job's changelog.
 //! - [`checkpoints`]: the checkpoint manifests in S3, read as the workers wrote them, and the
 //!   deletion of a job's objects.
+//! - [`wasm_module`]: a WebAssembly processor's component in S3: there or not, and its digest.
 //! - [`worker_client`]: the workers' HTTP API: task reports, assignment documents, checkpoint
 //!   requests.
 
@@ -15,4 +16,5 @@ pub mod changelog_owner;
 pub mod checkpoints;
 pub mod kafka_admin;
 pub mod kafka_security;
+pub mod wasm_module;
 pub mod worker_client;

@@ -54,6 +54,8 @@ pub struct Context {
     pub verified: crate::k8s::ownership::Verified,
     /// The controller's watch cache of the jobs, once it runs ([`crate::controller::run`]).
     pub jobs: std::sync::OnceLock<kube::runtime::reflector::Store<StatefulStreamJob>>,
+    /// The digests of the WebAssembly modules read, so each object version is read once.
+    pub modules: crate::adapters::wasm_module::ModuleDigests,
 }
 
 impl Context {
@@ -76,6 +78,7 @@ impl Context {
             failovers,
             verified: Default::default(),
             jobs: std::sync::OnceLock::new(),
+            modules: Default::default(),
         }
     }
 

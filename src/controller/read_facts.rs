@@ -2,11 +2,13 @@
 //! status): what the job's Kafka cluster says about its input topic (partitions and retention), and
 //! the admin client the later steps reuse. Whether the retention is acceptable is judged in
 //! [`crate::controller::judge`], not here. Also the other facts the later steps read: the other
-//! jobs (one changelog per job), the S3 access keys and the job's worker pods.
+//! jobs (one changelog per job), the S3 access keys, a WebAssembly processor's module and the
+//! job's worker pods.
 
-use crate::adapters::checkpoints::{CheckpointReader, S3AccessKeys};
+use crate::adapters::checkpoints::{CheckpointReader, S3AccessKeys, s3_client};
 use crate::adapters::kafka_admin::{KafkaAdmin, KafkaAdminError};
 use crate::adapters::kafka_security::KafkaClientSecurity;
+use crate::adapters::wasm_module::{self, ModuleFound};
 use crate::api::StatefulStreamJob;
 use crate::controller::{Context, ReconcileError, ValidatedJob};
 use crate::k8s::apply::ApiError;
@@ -16,6 +18,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use std::collections::BTreeSet;
+use streamkeeper_contract::worker_config::ProcessorKind;
 
 /// The facts a reconcile reads from Kafka before it builds anything.
 pub struct KafkaFacts {
@@ -254,6 +257,23 @@ pub async fn s3_access_keys(
         access_key_id: value(&secret_ref.access_key_id_key)?,
         secret_access_key: value(&secret_ref.secret_access_key_key)?,
     }))
+}
+
+/// A WebAssembly processor's module as it is in S3 (read with the job's checkpoint endpoint
+/// and credentials, as the workers read it): its location and what is there; `None` for any
+/// other processor.
+pub async fn wasm_module(
+    ctx: &Context,
+    job: &ValidatedJob,
+) -> Result<Option<(String, ModuleFound)>, ReconcileError> {
+    let ProcessorKind::Wasm { module, .. } = &job.processor.kind else {
+        return Ok(None);
+    };
+    let location = job.checkpoint.location();
+    let client = s3_client(&location, s3_access_keys(ctx, job).await?).await;
+    let bucket = module.bucket_or(&location.bucket);
+    let found = wasm_module::look_up(&client, bucket, &module.key, &ctx.modules).await?;
+    Ok(Some((module.location(Some(&location.bucket)), found)))
 }
 
 /// The job's worker pods: the pods its StatefulSet owns, found by the job's labels.

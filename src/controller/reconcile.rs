@@ -15,6 +15,7 @@ use crate::controller::apply::{
 use crate::controller::apply::{cleanup, operations, owner_marker};
 use crate::controller::cadence::{ROLLING_RECHECK, spread};
 use crate::controller::judge::next_status::Observation;
+use crate::controller::judge::wasm_module::{MODULE_RECHECK, ModuleRefusal};
 use crate::controller::judge::{self, Refusal, TaskEvidence};
 use crate::controller::update_status::update_status;
 use crate::controller::{
@@ -34,6 +35,7 @@ use kube::runtime::finalizer::{self, Event as FinalizerEvent};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use streamkeeper_contract::co_partitioning::{self, PartitionCountMismatch, PartitionsChanged};
+use streamkeeper_contract::worker_config::ProcessorKind;
 
 /// Put on every job so deleting it waits for the clean-up its `deletionPolicy` asks for.
 pub const FINALIZER: &str = "streamkeeper.dev/cleanup";
@@ -111,6 +113,8 @@ enum Halt {
     NotCoPartitioned(PartitionCountMismatch),
     /// An object with one of the job's names is someone else's: look again later.
     Foreign(ForeignObject),
+    /// A WebAssembly processor's module is missing or not the pinned one: look again soon.
+    Module(ModuleRefusal),
     /// Kafka or S3 did not answer: these conditions are `Unknown`, then back off.
     Unreachable(ReconcileError, &'static [&'static str]),
     /// The apiserver failed (or this process no longer leads): back off, write nothing.
@@ -150,6 +154,10 @@ async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
             judge::refused(&mut observation, &refusal);
             Ok(Action::requeue(REFUSED_RECHECK))
         }
+        Err(Halt::Module(refusal)) => {
+            judge::wasm_module::refused(&mut observation, &refusal);
+            Ok(Action::requeue(MODULE_RECHECK))
+        }
         Err(Halt::NotCoPartitioned(mismatch)) => {
             judge::not_co_partitioned(&mut observation, &mismatch);
             Ok(Action::requeue(REFUSED_RECHECK))
@@ -184,6 +192,15 @@ async fn run_pipeline(
     observation.conditions.push(judge::spec_valid());
     // One changelog per job: a topic another job keeps is refused before anything is created.
     refuse_a_claimed_changelog(ctx, job).await?;
+    // Nothing starts, and nothing running changes, on a module that is not there.
+    let module = read_facts::wasm_module(ctx, &validated)
+        .await
+        .map_err(|error| Halt::Unreachable(error, &[types::READY]))?;
+    if let (Some((location, found)), ProcessorKind::Wasm { module: pinned, .. }) =
+        (module, &validated.processor.kind)
+    {
+        judge::wasm_module::judge(&location, &pinned.sha256, &found).map_err(Halt::Module)?;
+    }
 
     let kafka = read_facts::read_kafka(ctx, &validated)
         .await

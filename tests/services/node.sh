@@ -54,17 +54,7 @@ go_install() { # go_install <binary path> <package@version>
 }
 
 install() {
-  local missing=()
-  for package in "${PACKAGES[@]}"; do
-    dpkg-query -W -f '${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
-  done
-  if (( ${#missing[@]} )); then
-    [[ $(id -u) -eq 0 ]] || die "installing ${missing[*]} needs root"
-    log "installing ${missing[*]} from Debian's packages"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
-      || die "apt-get install ${missing[*]} failed"
-  fi
+  install_debian_packages "${PACKAGES[@]}"
   "$(dirname "$0")/kube.sh" install-node
   go_install "$COREDNS" "github.com/coredns/coredns@$COREDNS_VERSION"
   go_install "$CRICTL" "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"

@@ -97,6 +97,19 @@ pub struct WasmModuleSource {
     pub sha256: String,
 }
 
+impl WasmModuleSource {
+    /// The object's bucket: its own, or `default` (the job's checkpoint bucket).
+    pub fn bucket_or<'a>(&'a self, default: &'a str) -> &'a str {
+        self.bucket.as_deref().unwrap_or(default)
+    }
+
+    /// `s3://bucket/key`, for messages; `?` for a bucket neither names.
+    pub fn location(&self, default_bucket: Option<&str>) -> String {
+        let bucket = self.bucket.as_deref().or(default_bucket).unwrap_or("?");
+        format!("s3://{bucket}/{}", self.key)
+    }
+}
+
 /// The sandbox's limits of a WebAssembly processor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

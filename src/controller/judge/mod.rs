@@ -14,6 +14,7 @@ pub mod co_partitioned;
 pub mod conditions;
 pub mod next_status;
 pub mod task_views;
+pub mod wasm_module;
 pub mod worker_refusal;
 
 use crate::adapters::kafka_admin::DesiredTopic;

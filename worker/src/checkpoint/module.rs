@@ -5,8 +5,8 @@
 
 use super::error::CheckpointError;
 use super::s3::S3Storage;
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
+use streamkeeper_contract::module_digest::ModuleDigest;
 use streamkeeper_contract::worker_config::{S3Config, WasmModuleSource};
 
 /// Why the job's component cannot be had.
@@ -38,19 +38,7 @@ pub enum ModuleError {
 
 /// `s3://bucket/key` of `source`, for messages.
 pub fn location(source: &WasmModuleSource, s3: Option<&S3Config>) -> String {
-    let bucket = source
-        .bucket
-        .as_deref()
-        .or(s3.map(|s3| s3.bucket.as_str()))
-        .unwrap_or("?");
-    format!("s3://{bucket}/{}", source.key)
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    source.location(s3.map(|s3| s3.bucket.as_str()))
 }
 
 /// The component's bytes, checked against `source.sha256`: from the state volume's copy, else
@@ -65,7 +53,7 @@ pub async fn fetch(
         .join("modules")
         .join(format!("{}.wasm", source.sha256));
     if let Ok(bytes) = tokio::fs::read(&cached).await
-        && sha256_hex(&bytes) == source.sha256
+        && ModuleDigest::of(&bytes) == source.sha256
     {
         return Ok(bytes);
     }
@@ -73,7 +61,7 @@ pub async fn fetch(
         location: location.clone(),
     })?;
     let config = S3Config {
-        bucket: source.bucket.clone().unwrap_or_else(|| s3.bucket.clone()),
+        bucket: source.bucket_or(&s3.bucket).to_string(),
         ..s3.clone()
     };
     let fetched = async {
@@ -86,7 +74,7 @@ pub async fn fetch(
         location: location.clone(),
         source,
     })?;
-    let found = sha256_hex(&bytes);
+    let found = ModuleDigest::of(&bytes);
     if found != source.sha256 {
         return Err(ModuleError::Mismatch {
             location,
@@ -128,7 +116,7 @@ mod tests {
     async fn a_kept_copy_is_used_only_when_it_matches_the_pinned_digest() {
         let dir = tempfile::tempdir().unwrap();
         let bytes = b"\0asm component".to_vec();
-        let digest = sha256_hex(&bytes);
+        let digest = ModuleDigest::of(&bytes);
         let kept = dir.path().join("modules").join(format!("{digest}.wasm"));
         keep(&kept, &bytes).await.unwrap();
         assert_eq!(

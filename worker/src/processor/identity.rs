@@ -5,11 +5,10 @@
 //!
 //! A build may declare that it reads the state of earlier builds of the same settings (a bug
 //! fix that keeps the state's format): a custom processor with
-//! [`CustomProcessor::reads_state_of`], a WebAssembly job with `spec.processor.wasm.readsStateOf`.
+//! `CustomProcessor::reads_state_of`, a WebAssembly job with `spec.processor.wasm.readsStateOf`.
 //! Where a module is fetched from and the sandbox's limits do not change what the state means:
 //! they are not part of the identity.
 
-use super::registry::CustomProcessor;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::fmt;
@@ -47,17 +46,14 @@ pub struct ProcessorIdentity {
 }
 
 impl ProcessorIdentity {
-    /// The identity of the job's processor `config`, run by `custom` when it is a custom one.
-    pub fn of(config: &rendered::ProcessorConfig, custom: Option<&CustomProcessor>) -> Self {
+    /// The identity of the job's processor `config`; a custom processor's with the version it
+    /// declares and the older versions whose state it reads.
+    pub fn of(config: &rendered::ProcessorConfig, custom: Option<(u32, &BTreeSet<u32>)>) -> Self {
         let (settings, build) = split(serde_json::to_value(config).unwrap_or(Value::Null));
         let (build, reads_state_of) = match (&config.kind, custom) {
-            (_, Some(custom)) => (
-                Some(Build::Version(custom.version())),
-                custom
-                    .readable_versions()
-                    .iter()
-                    .map(|&v| Build::Version(v))
-                    .collect(),
+            (_, Some((version, readable))) => (
+                Some(Build::Version(version)),
+                readable.iter().map(|&v| Build::Version(v)).collect(),
             ),
             (rendered::ProcessorKind::Wasm { reads_state_of, .. }, None) => (
                 build,

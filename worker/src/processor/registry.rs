@@ -86,11 +86,6 @@ impl CustomProcessor {
     pub fn version(&self) -> u32 {
         self.version
     }
-
-    /// The older versions whose state this one declares it reads.
-    pub fn readable_versions(&self) -> &BTreeSet<u32> {
-        &self.reads_state_of
-    }
 }
 
 /// What a custom processor is built from: the job's free config and the fields it reads.
@@ -250,7 +245,12 @@ impl Registry {
         };
         let job = JobProcessor {
             config: ProcessorConfig::from(config),
-            identity: ProcessorIdentity::of(config, custom.as_ref().map(|c| &*c.processor)),
+            identity: ProcessorIdentity::of(
+                config,
+                custom
+                    .as_ref()
+                    .map(|c| (c.processor.version, &c.processor.reads_state_of)),
+            ),
             custom,
             wasm,
         };
