@@ -41,7 +41,7 @@ RUN for stub in src/lib.rs contract/src/lib.rs failpoint/src/lib.rs kafka-topic-
  && for stub in src/main.rs worker/src/main.rs examples/custom-processor/src/main.rs \
       test-tools/local-node/src/main.rs \
       worker/benches/worker.rs worker/benches/join.rs worker/benches/checkpoint_restore.rs \
-      worker/benches/checkpoint_overhead.rs \
+      worker/benches/checkpoint_overhead.rs worker/benches/wasm.rs \
       benches/failover.rs benches/warmup.rs contract/benches/assignment.rs; do \
       mkdir -p "$(dirname "$stub")" && echo 'fn main() {}' > "$stub"; \
     done

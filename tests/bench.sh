@@ -4,7 +4,7 @@
 #
 #   tests/bench.sh            every bench
 #   tests/bench.sh worker     one of: worker, join, checkpoint_restore, checkpoint_overhead,
-#                             assignment, failover, warmup
+#                             wasm, assignment, failover, warmup
 #
 # Services this script starts are stopped when it ends; services already running are left alone.
 source "$(dirname "$0")/services/lib.sh"
@@ -14,8 +14,8 @@ services=tests/services
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$SK_CACHE/cargo-target}"
 
 benches=("$@")
-(( ${#benches[@]} )) || benches=(worker join checkpoint_restore checkpoint_overhead assignment failover warmup)
-declare -A needs=([worker]="kafka" [join]="kafka" [checkpoint_restore]="s3" [checkpoint_overhead]="kafka s3" [assignment]="" [failover]="kafka s3 kube" [warmup]="kafka s3 kube")
+(( ${#benches[@]} )) || benches=(worker join checkpoint_restore checkpoint_overhead wasm assignment failover warmup)
+declare -A needs=([worker]="kafka" [join]="kafka" [checkpoint_restore]="s3" [checkpoint_overhead]="kafka s3" [wasm]="kafka s3" [assignment]="" [failover]="kafka s3 kube" [warmup]="kafka s3 kube")
 declare -A ports=([kafka]=19092 [s3]=18333 [kube]=16443)
 
 started=()

@@ -2,8 +2,9 @@
 # Builds the example WebAssembly guests into OUT_DIR (default $SK_CACHE/wasm/guests):
 #
 #   examples/wasm/build.sh [OUT_DIR]
-#     python-velocity.wasm, python-count.wasm   examples/wasm/python, with componentize-py (PyPI)
-#     c-velocity.wasm, c-count.wasm             examples/wasm/c, with clang for wasm32-wasi
+#     python-velocity.wasm, python-count.wasm, python-describe.wasm
+#                                   examples/wasm/python, with componentize-py (PyPI)
+#     c-velocity.wasm, c-count.wasm examples/wasm/c, with clang for wasm32-wasi
 #
 # Every tool is pinned below and installed once, on first use, under $SK_CACHE/wasm-tools:
 # componentize-py into a virtualenv; for C, Debian's clang, wasm-ld, wasi-libc and compiler-rt
@@ -32,6 +33,10 @@ CFLAGS=(--target=wasm32-wasi -O2 -Wall -Wextra)
 # A reactor: no main, the exports are called; the debug sections are dropped (the names stay,
 # so a trap's backtrace still names the function).
 LDFLAGS=(--target=wasm32-wasi -mexec-model=reactor "-Wl,--strip-debug")
+
+# The interface's version, as wit/processor.wit declares it.
+WIT_VERSION="$(sed -n 's/^package streamkeeper:processor@\(.*\);$/\1/p' wit/processor.wit)"
+[[ -n $WIT_VERSION ]] || die "wit/processor.wit declares no streamkeeper:processor package"
 
 TOOLS="$SK_CACHE/wasm-tools"
 mkdir -p "$TOOLS"
@@ -129,11 +134,13 @@ check() {
                 'advance: func(stream-time-ms: s64) -> result<_, failure>'; do
     grep -qF "  export $wanted;" <<<"$wit" || die "$file does not export $wanted"
   done
-  grep -qF '  use streamkeeper:processor/types@0.1.0.{input-record, failure};' <<<"$wit" \
-    || die "$file is not built against streamkeeper:processor@0.1.0"
+  grep -qF "  use streamkeeper:processor/types@$WIT_VERSION.{input-record, failure};" <<<"$wit" \
+    || die "$file is not built against streamkeeper:processor@$WIT_VERSION"
   # Other exports are allowed (componentize-py adds the hook it pre-initialises through).
   stray="$(sed -n '/^world /,/^}/p' <<<"$wit" | grep -E '^  import ' \
-    | grep -vE '^  import (streamkeeper:processor/(host|types)@0\.1\.0|wasi:[a-z-]+/[a-z-]+@0\.2\.[0-9]+);$' \
+    | grep -vF -e "  import streamkeeper:processor/host@$WIT_VERSION;" \
+      -e "  import streamkeeper:processor/types@$WIT_VERSION;" \
+    | grep -vE '^  import wasi:[a-z-]+/[a-z-]+@0\.2\.[0-9]+;$' \
     || true)"
   [[ -z $stray ]] || die "$file imports more than the host and WASI: $stray"
 }
@@ -193,5 +200,6 @@ build_c() {
 
 build_python python-velocity examples/wasm/python app
 build_python python-count examples/wasm/python count
+build_python python-describe examples/wasm/python describe
 build_c c-velocity velocity.c
 build_c c-count count.c

@@ -53,7 +53,7 @@ pub struct ProcessorSpec {
 }
 
 /// A processor compiled to a WebAssembly component against the worker's interface
-/// (`wit/processor.wit`, `streamkeeper:processor@0.1.0`), run sandboxed by the stock worker: a
+/// (`wit/processor.wit`, `streamkeeper:processor@0.2.0`), run sandboxed by the stock worker: a
 /// fuel budget per record, a memory cap, no files, network, clock or randomness.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]

@@ -80,6 +80,6 @@ pub mod app;
 pub use app::Worker;
 pub use processor::{
     ConfigRefused, CustomProcessor, CustomSettings, DecodeError, DropReason, Entry, InputRecord,
-    MemoryState, OutputRecord, ProcessError, ProcessOutput, Processor, Side, StateAccess,
-    StateCodecError, StateError,
+    KafkaMeta, MemoryState, OutputRecord, ProcessError, ProcessOutput, Processor, Side,
+    StateAccess, StateCodecError, StateError,
 };

@@ -6,6 +6,8 @@
 //!   back on a wiped volume (it fetches the module again and rebuilds its copies). Once the
 //!   input is done, every task's active and standby hold the same state, key by key, and every
 //!   transaction is answered exactly once with the answer the card's earlier transactions give.
+//! - The whole record (the Python `describe` guest): a record's Kafka key, headers and
+//!   timestamp reach the guest as they were produced.
 //! - Upgrading the logic (the C guest): a new build of the module (other bytes, another digest) stops on the
 //!   old build's state, naming both digests and how to declare it; declared in the job
 //!   (`readsStateOf`), it goes on from that state and records its own digest.
@@ -95,8 +97,8 @@ fn velocity(module: WasmModuleSource, reads_state_of: Vec<String>) -> ProcessorC
 }
 
 /// A WebAssembly job with checkpoints on: the module is read with the job's S3 settings.
-async fn wasm_job(name: &str, input: &str) -> Job {
-    let mut job = Job::new(name, input, PARTITIONS, support::count_processor()).await;
+async fn wasm_job(name: &str, input: &str, partitions: i32) -> Job {
+    let mut job = Job::new(name, input, partitions, support::count_processor()).await;
     job.enable_checkpoints(Duration::from_secs(5), 3, None);
     job
 }
@@ -157,7 +159,7 @@ fn state_dir(pod: &Pod) -> PathBuf {
 async fn standbys_hold_the_actives_state_key_by_key_through_a_kill_and_a_wiped_volume() {
     let input = unique_name("wasm-standby-input");
     create_topic(&input, PARTITIONS, false).await;
-    let mut job = wasm_job("wasm-standby", &input).await;
+    let mut job = wasm_job("wasm-standby", &input, PARTITIONS).await;
     // The Python guest: the slowest to fetch and compile, on every pod and after the wipe.
     let module = upload(&job, "python-velocity", guest_bytes("python-velocity")).await;
     job.config.processor = velocity(module, Vec::new());
@@ -258,7 +260,7 @@ async fn standbys_hold_the_actives_state_key_by_key_through_a_kill_and_a_wiped_v
 async fn a_new_module_goes_on_from_the_old_ones_state_only_when_the_job_declares_it() {
     let input = unique_name("wasm-upgrade-input");
     create_topic(&input, PARTITIONS, false).await;
-    let mut job = wasm_job("wasm-upgrade", &input).await;
+    let mut job = wasm_job("wasm-upgrade", &input, PARTITIONS).await;
     let guest = guest_bytes("c-velocity");
     let old = upload(&job, "c-velocity", guest.clone()).await;
     let new = upload(&job, "c-velocity-2", rebuilt(&guest)).await;
@@ -361,4 +363,77 @@ fn worker_reports(address: &str) -> Vec<streamkeeper_contract::TaskReport> {
         .into_iter()
         .filter(|r| r.role == TaskRole::Active)
         .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_sees_each_records_kafka_key_headers_and_timestamp() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseRecord, Producer};
+    let input = unique_name("wasm-describe-input");
+    create_topic(&input, 1, false).await;
+    let mut job = wasm_job("wasm-describe", &input, 1).await;
+    let module = upload(&job, "python-describe", guest_bytes("python-describe")).await;
+    let mut processor = velocity(module, Vec::new());
+    if let ProcessorKind::Wasm { config, .. } = &mut processor.kind {
+        *config = serde_json::Value::Null;
+    }
+    job.config.processor = processor;
+
+    let producer = producer();
+    let value = r#"{"card":"c-1","ts":1764000000000}"#;
+    let headers = OwnedHeaders::new()
+        .insert(Header {
+            key: "trace",
+            value: Some("abc"),
+        })
+        .insert(Header {
+            key: "empty",
+            value: None::<&[u8]>,
+        })
+        .insert(Header {
+            key: "binary",
+            value: Some(&[0xff_u8, 0x00][..]),
+        });
+    producer
+        .send(
+            BaseRecord::to(&input)
+                .partition(0)
+                .key("kafka-key-1")
+                .payload(value)
+                .headers(headers)
+                .timestamp(1_764_000_000_123),
+        )
+        .map_err(|(error, _)| error)
+        .unwrap();
+    producer
+        .send(BaseRecord::<(), _>::to(&input).partition(0).payload(value))
+        .map_err(|(error, _)| error)
+        .unwrap();
+    producer.flush(Duration::from_secs(30)).unwrap();
+
+    let mut worker = job.start(None);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(120));
+    worker.terminate(Duration::from_secs(30));
+    let described: Vec<serde_json::Value> = job.output()[&0]
+        .iter()
+        .map(|(_, value)| serde_json::from_str(value).unwrap())
+        .collect();
+    assert_eq!(described.len(), 2, "{described:?}");
+    let first = &described[0];
+    assert_eq!(first["key"], "c-1");
+    assert_eq!(first["value"]["card"], "c-1");
+    assert_eq!(first["kafkaKey"], "kafka-key-1");
+    assert_eq!(
+        first["headers"],
+        serde_json::json!([["trace", "abc"], ["empty", null], ["binary", [255, 0]]])
+    );
+    assert_eq!(first["timestampMs"], 1_764_000_000_123_i64);
+    assert_eq!(first["partition"], 0);
+    assert_eq!(first["offset"], 0);
+    assert_eq!(first["eventTimeMs"], 1_764_000_000_000_i64);
+    let second = &described[1];
+    assert_eq!(second["kafkaKey"], serde_json::Value::Null);
+    assert_eq!(second["headers"], serde_json::json!([]));
+    assert_eq!(second["offset"], 1);
+    assert!(second["timestampMs"].as_i64().is_some(), "{second}");
 }

@@ -20,6 +20,7 @@ fn transaction<'a>(
         partition: 0,
         offset: 0,
         event_time_ms: Some(at),
+        kafka: Default::default(),
     }
 }
 

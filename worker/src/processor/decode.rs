@@ -11,7 +11,7 @@
 
 use serde_json::{Map, Value};
 
-use super::record::{InputRecord, Side};
+use super::record::{InputRecord, KafkaMeta, Side};
 use super::rfc3339;
 
 /// Largest accepted |event time| in ms (2^53 - 1, about 285,000 years either side of 1970).
@@ -300,6 +300,7 @@ impl RecordDecoder {
             partition,
             offset,
             event_time_ms,
+            kafka: KafkaMeta::default(),
         })
     }
 }
@@ -367,6 +368,7 @@ impl TableDecoder {
             partition,
             offset,
             event_time_ms: Some(time),
+            kafka: KafkaMeta::default(),
         })
     }
 }

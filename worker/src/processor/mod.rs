@@ -53,7 +53,7 @@ pub use identity::{Build, ProcessorIdentity};
 pub use join::{JoinConfigError, JoinKind, JoinMode, JoinProcessor};
 pub use pipeline::{Pipeline, RawInput};
 pub use placement::Placement;
-pub use record::{DropReason, InputRecord, OutputRecord, ProcessOutput, Side};
+pub use record::{DropReason, InputRecord, KafkaMeta, OutputRecord, ProcessOutput, Side};
 pub use registry::{
     ConfigRefused, CustomProcessor, CustomSettings, JobProcessor, RegistrationError, Registry,
 };

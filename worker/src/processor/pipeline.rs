@@ -8,12 +8,12 @@ use super::api::{ProcessError, Processor};
 use super::config::{ConfigError, ProcessorConfig};
 use super::decode::{DecodeError, RecordDecoder, RightDecoder};
 use super::placement::Placement;
-use super::record::{InputRecord, ProcessOutput, Side};
+use super::record::{InputRecord, KafkaMeta, ProcessOutput, Side};
 use super::state::StateAccess;
 use streamkeeper_contract::co_partitioning::PlacementEvidence;
 
 /// One raw Kafka record of either input, as the loop read it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawInput<'a> {
     /// Which input it was read from.
     pub side: Side,
@@ -28,6 +28,8 @@ pub struct RawInput<'a> {
     pub offset: i64,
     /// The Kafka record timestamp, when it has one.
     pub timestamp_ms: Option<i64>,
+    /// The Kafka record's headers, in order (empty when it has none).
+    pub headers: Vec<(&'a str, Option<&'a [u8]>)>,
 }
 
 /// Decodes each raw input value and applies the processor to it.
@@ -113,6 +115,7 @@ impl Pipeline {
             partition,
             offset,
             timestamp_ms: record_timestamp_ms,
+            headers: Vec::new(),
         };
         self.process_input(&input, state)
     }
@@ -149,7 +152,7 @@ impl Pipeline {
         Ok(self.decode(input)?.key)
     }
 
-    fn decode<'a>(&self, input: &RawInput<'a>) -> Result<InputRecord<'a>, ProcessError> {
+    fn decode<'a>(&self, input: &'a RawInput<'_>) -> Result<InputRecord<'a>, ProcessError> {
         let value = || input.payload.ok_or(DecodeError::NullValue);
         let (partition, offset) = (input.partition, input.offset);
         let record = match (input.side, &self.right) {
@@ -168,7 +171,14 @@ impl Pipeline {
                 return Err(ProcessError::UnexpectedSide { side: Side::Right });
             }
         };
-        Ok(record)
+        Ok(InputRecord {
+            kafka: KafkaMeta {
+                key: input.kafka_key,
+                headers: &input.headers,
+                timestamp_ms: input.timestamp_ms,
+            },
+            ..record
+        })
     }
 }
 

@@ -170,6 +170,7 @@ mod two_inputs {
             partition: 0,
             offset: 0,
             timestamp_ms: ts,
+            headers: Vec::new(),
         }
     }
 

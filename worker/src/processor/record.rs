@@ -62,6 +62,20 @@ pub struct InputRecord<'a> {
     pub offset: i64,
     /// Event time in epoch millis, when a time field is configured.
     pub event_time_ms: Option<i64>,
+    /// What the Kafka record carried besides its value.
+    pub kafka: KafkaMeta<'a>,
+}
+
+/// What a Kafka record carries besides its value: its own key, its headers, its timestamp.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KafkaMeta<'a> {
+    /// The record's key as it was produced (the grouping [`InputRecord::key`] is read from the
+    /// value, except on a table input); `None` for a null key.
+    pub key: Option<&'a [u8]>,
+    /// The record's headers, in order, each a name and a value (`None` for a null value).
+    pub headers: &'a [(&'a str, Option<&'a [u8]>)],
+    /// The record's timestamp, epoch milliseconds, when it has one.
+    pub timestamp_ms: Option<i64>,
 }
 
 /// One record to produce to the output topic, in the same transaction as the state changes.

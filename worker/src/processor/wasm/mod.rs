@@ -49,13 +49,16 @@ impl Default for WasmLimits {
     }
 }
 
+/// The interface this worker offers guests, as `wit/processor.wit` declares it.
+pub const INTERFACE: &str = "streamkeeper:processor@0.2.0";
+
 /// Why a WebAssembly processor cannot be built.
 #[derive(Debug, thiserror::Error)]
 pub enum WasmError {
     #[error("the module is not a WebAssembly component this worker runs: {0:#}")]
     Compile(#[source] wasmtime::Error),
     #[error(
-        "the module does not fit the worker's interface (wit/processor.wit, streamkeeper:processor@0.1.0): {0:#}"
+        "the module does not fit the worker's interface (wit/processor.wit, {INTERFACE}): {0:#}"
     )]
     Link(#[source] wasmtime::Error),
     #[error("instantiating the module failed: {0:#}")]
@@ -107,5 +110,20 @@ impl WasmModule {
         limits: WasmLimits,
     ) -> Result<WasmProcessor, WasmError> {
         WasmProcessor::new(Arc::clone(self), config.to_string(), limits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::INTERFACE;
+
+    #[test]
+    fn the_interface_named_is_the_one_the_wit_declares() {
+        let wit = include_str!("../../../../wit/processor.wit");
+        assert!(
+            wit.lines()
+                .any(|line| line == format!("package {INTERFACE};")),
+            "wit/processor.wit does not declare {INTERFACE}"
+        );
     }
 }

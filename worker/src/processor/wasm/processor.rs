@@ -96,6 +96,14 @@ impl WasmProcessor {
             partition: record.partition,
             offset: record.offset,
             event_time_ms: record.event_time_ms,
+            kafka_key: record.kafka.key.map(<[u8]>::to_vec),
+            headers: record
+                .kafka
+                .headers
+                .iter()
+                .map(|(name, value)| ((*name).to_string(), value.map(<[u8]>::to_vec)))
+                .collect(),
+            timestamp_ms: record.kafka.timestamp_ms,
         };
         let bridge = &self.bridge;
         let outcome = runtime.block_on(async {

@@ -16,7 +16,7 @@ use crate::processor::Side;
 use rdkafka::Message;
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, OwnedMessage};
+use rdkafka::message::{BorrowedMessage, Headers, OwnedMessage};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -113,6 +113,12 @@ fn raw_input<M: Message>(side: Side, message: &M) -> RawInput<'_> {
         partition: message.partition(),
         offset: message.offset(),
         timestamp_ms: message.timestamp().to_millis(),
+        headers: message.headers().map_or_else(Vec::new, |headers| {
+            headers
+                .iter()
+                .map(|header| (header.key, header.value))
+                .collect()
+        }),
     }
 }
 

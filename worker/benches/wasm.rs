@@ -1,0 +1,182 @@
+//! WebAssembly processor benchmark against the real broker and S3 (`tests/bench.sh wasm`
+//! starts them): the same count logic, exactly-once with the changelog on, over the same
+//! pre-produced input, run three ways:
+//!
+//! 1. **native**: the built-in `count` processor (Rust, in the worker);
+//! 2. **compiled guest**: `examples/wasm/c/count.c`, a C component (clang, wasi-libc);
+//! 3. **Python guest**: `examples/wasm/python/count.py`, a componentize-py component.
+//!
+//! Each is a fresh job on the same input topic. The rate is measured on committed input offsets
+//! between 10 % and 95 % of what the run processes, so start-up (a guest's fetch and compile)
+//! and the tail do not count. The Python guest runs over the first `SK_BENCH_PYTHON_RECORDS` of
+//! the input (default 40,000): it is that much slower. Figures are printed, with the ratios to
+//! native, and written to `bench-results/wasm.json`. Sizes: `SK_BENCH_RECORDS` (default
+//! 400,000), `SK_BENCH_KEYS`, `SK_BENCH_PARTITIONS`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use serde_json::json;
+use std::time::{Duration, Instant};
+use streamkeeper_contract::module_digest::ModuleDigest;
+use streamkeeper_contract::worker_config::{
+    ProcessorConfig, ProcessorKind, WasmLimitsConfig, WasmModuleSource,
+};
+use streamkeeper_worker::checkpoint::s3::S3Storage;
+use support::Job;
+use support::rates::{sample_commits, steady_rate};
+
+fn setting(name: &str, default: u32) -> u32 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The example guests, built by `examples/wasm/build.sh` (its own cache).
+fn guest(name: &str) -> (Vec<u8>, String) {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let out = std::path::PathBuf::from(concat!(env!("CARGO_TARGET_TMPDIR"), "/wasm-guests"));
+    let status = std::process::Command::new(format!("{root}/examples/wasm/build.sh"))
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success(), "examples/wasm/build.sh failed");
+    let bytes = std::fs::read(out.join(format!("{name}.wasm"))).unwrap();
+    let sha256 = ModuleDigest::of(&bytes);
+    (bytes, sha256)
+}
+
+/// One way of running the count.
+struct Variant {
+    name: &'static str,
+    /// The guest, for a WebAssembly processor.
+    guest: Option<&'static str>,
+    records: u32,
+}
+
+struct Run {
+    steady: f64,
+    total_seconds: f64,
+    records: u32,
+    component_bytes: Option<usize>,
+}
+
+async fn run(input: &str, partitions: i32, variant: &Variant) -> Run {
+    let mut job = Job::new(variant.name, input, partitions, support::count_processor()).await;
+    // The worker's defaults (100 ms or 10,000 records), not the tests' tighter cadence; S3 for
+    // the module (checkpoints rare: this measures processing, not checkpoints).
+    job.config.kafka.commit_max_records = 10_000;
+    job.enable_checkpoints(Duration::from_secs(600), 3, None);
+    let mut component_bytes = None;
+    if let Some(guest) = variant.guest {
+        let (bytes, sha256) = self::guest(guest);
+        component_bytes = Some(bytes.len());
+        let s3 = job.config.checkpoint.s3.clone().unwrap();
+        let key = format!("{}/guests/{guest}.wasm", s3.prefix);
+        S3Storage::connect(&s3)
+            .await
+            .unwrap()
+            .put_if_absent(&key, bytes)
+            .await
+            .unwrap();
+        job.config.processor = ProcessorConfig {
+            key_field: "card".into(),
+            time_field: None,
+            kind: ProcessorKind::Wasm {
+                module: WasmModuleSource {
+                    bucket: None,
+                    key,
+                    sha256,
+                },
+                config: serde_json::Value::Null,
+                limits: WasmLimitsConfig::default(),
+                reads_state_of: Vec::new(),
+            },
+        };
+    }
+    println!("{}: counting {} records", variant.name, variant.records);
+    let mut worker = job.start(None);
+    let samples = sample_commits(&job, &mut worker, u64::from(variant.records));
+    worker.terminate(Duration::from_secs(60));
+    Run {
+        steady: steady_rate(&samples, u64::from(variant.records), 0.10, 0.95),
+        total_seconds: samples.last().map_or(0.0, |s| s.0),
+        records: variant.records,
+        component_bytes,
+    }
+}
+
+fn main() {
+    let records = setting("SK_BENCH_RECORDS", 400_000);
+    let python_records = setting("SK_BENCH_PYTHON_RECORDS", 40_000).min(records);
+    let keys = setting("SK_BENCH_KEYS", 10_000);
+    let partitions = setting("SK_BENCH_PARTITIONS", 4) as i32;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+
+    let input = support::unique_name("bench-wasm-input");
+    runtime.block_on(support::create_topic(&input, partitions, false));
+    println!("producing {records} records over {keys} keys into {partitions} partitions");
+    let produce_started = Instant::now();
+    support::produce(
+        &input,
+        partitions,
+        (0..records).map(|i| support::card_event(i, keys)),
+    );
+    let produce_rate = f64::from(records) / produce_started.elapsed().as_secs_f64();
+
+    let variants = [
+        Variant {
+            name: "native",
+            guest: None,
+            records,
+        },
+        Variant {
+            name: "compiled-guest",
+            guest: Some("c-count"),
+            records,
+        },
+        Variant {
+            name: "python-guest",
+            guest: Some("python-count"),
+            records: python_records,
+        },
+    ];
+    let runs: Vec<Run> = variants
+        .iter()
+        .map(|variant| runtime.block_on(run(&input, partitions, variant)))
+        .collect();
+    let native = runs[0].steady;
+    let report = json!({
+        "bench": "wasm",
+        "machine": { "cores": cores },
+        "input": { "records": records, "keys": keys, "partitions": partitions,
+                   "produce_records_per_second": produce_rate.round() },
+        "logic": "count per key, exactly-once, changelog on",
+        "runs": variants.iter().zip(&runs).map(|(variant, run)| json!({
+            "name": variant.name,
+            "guest": variant.guest,
+            "component_bytes": run.component_bytes,
+            "records": run.records,
+            "steady_records_per_second": run.steady.round(),
+            "total_seconds_including_start": run.total_seconds,
+            "ratio_to_native": run.steady / native,
+        })).collect::<Vec<_>>(),
+    });
+    println!("{}", serde_json::to_string_pretty(&report).unwrap());
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench-results");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("wasm.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
+    println!(
+        "count, exactly-once: native {:.0} records/s; compiled guest {:.0} ({:.2}x native); Python guest {:.0} ({:.3}x native); written to {}",
+        native,
+        runs[1].steady,
+        runs[1].steady / native,
+        runs[2].steady,
+        runs[2].steady / native,
+        path.display()
+    );
+}
