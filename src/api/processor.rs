@@ -103,7 +103,9 @@ pub struct WasmModuleSpec {
 #[serde(rename_all = "camelCase")]
 pub struct WasmLimitsSpec {
     /// Fuel (about one per WebAssembly instruction) a record may burn; past it the record is
-    /// dead-lettered `guest_out_of_fuel` (default 100000000).
+    /// dead-lettered `guest_out_of_fuel` (default 100000000). It also bounds the record's
+    /// wall-clock time (1 s plus 10 ns per unit; past it `guest_timed_out`), for a guest that
+    /// waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10_000_000_000u64))]
     pub fuel_per_record: Option<u64>,

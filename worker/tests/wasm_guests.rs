@@ -167,6 +167,7 @@ fn a_poisoned_record_is_a_bad_record_with_its_reason_and_leaves_no_trace() {
             ("loop", "guest_out_of_fuel"),
             ("allocate", "guest_out_of_memory"),
             ("trap", "guest_trapped"),
+            ("sleep", "guest_timed_out"),
         ] {
             let record = format!(r#"{{"card":"c1","ts":60000,"poison":"{poison}"}}"#);
             let error = run(&pipeline, &mut state, 1, &record).unwrap_err();

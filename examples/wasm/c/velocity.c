@@ -11,7 +11,7 @@
  *
  * For the sandbox's tests, a record whose top-level `poison` field is set misbehaves: "loop"
  * never returns, "allocate" grows memory without end, "trap" writes "poisoned record" to
- * stderr and traps. */
+ * stderr and traps, "sleep" sleeps (burning no fuel). */
 #include "guest.h"
 #include "json.h"
 
@@ -174,6 +174,11 @@ static void allocate_forever(void) {
   }
 }
 
+static void sleep_forever(void) {
+  /* Burns no fuel: the host's wall-clock limit per call ends it. */
+  for (;;) sleep(3600);
+}
+
 static void trap_loudly(void) {
   static const char words[] = "poisoned record\n";
   /* The host quotes the guest's stderr in the dead letter. */
@@ -226,6 +231,7 @@ static bool check(const processor_input_record_t *input, processor_failure_t *er
   if (json_string_equals(poison, "loop")) spin_forever();
   if (json_string_equals(poison, "allocate")) allocate_forever();
   if (json_string_equals(poison, "trap")) trap_loudly();
+  if (json_string_equals(poison, "sleep")) sleep_forever();
   if (!input->event_time_ms.is_some) return refuse(err, "no event time");
   int64_t at = input->event_time_ms.val;
 

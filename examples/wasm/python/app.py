@@ -3,10 +3,11 @@ with how many of the card's transactions fall within the `windowMinutes` before 
 when that makes more than `maxTransactions`. State per card: its latest event times.
 
 For the sandbox's tests, a record whose `poison` field is set misbehaves: `loop` never returns,
-`allocate` grows without end, `trap` raises."""
+`allocate` grows without end, `trap` raises, `sleep` sleeps (burning no fuel)."""
 
 import json
 import struct
+import time
 
 import wit_world
 from componentize_py_types import Err
@@ -57,6 +58,9 @@ class WitWorld(wit_world.WitWorld):
                 hoard.append(bytearray(1 << 20))
         if poison == "trap":
             raise RuntimeError("poisoned record")
+        if poison == "sleep":
+            while True:
+                time.sleep(3600)
         at = record.event_time_ms
         if at is None:
             raise Err(Failure_BadRecord("no event time"))

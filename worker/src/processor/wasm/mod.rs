@@ -7,7 +7,8 @@
 //!   handed to the task's overlay only when the call succeeds: a record the guest refuses
 //!   (`bad-record`), or whose call traps, runs out of fuel or out of memory, goes to the
 //!   dead-letter topic with that reason and leaves no trace; the task goes on.
-//! - **Sandboxed.** Each record gets a fuel budget, each instance a memory cap; the guest gets
+//! - **Sandboxed.** Each record gets a fuel budget and a wall-clock limit (for a guest that
+//!   sleeps, which burns no fuel), each instance a memory cap; the guest gets
 //!   no files, network, clock (it reads 0) or randomness (a fixed sequence), so replay, standbys
 //!   and restores run it to the same state.
 //! - **Its own key space.** A guest's keys are stored under `g/` (`keys::WASM_GUEST`); the host
@@ -46,6 +47,16 @@ impl Default for WasmLimits {
             fuel_per_record: 100_000_000,
             memory_bytes: 256 << 20,
         }
+    }
+}
+
+impl WasmLimits {
+    /// How long a record's calls may take by the wall clock: 1 s, plus 10 ns per unit of fuel
+    /// (ten times what a busy instance burns, so only a guest that waits reaches it: a WASI
+    /// sleep burns no fuel).
+    pub fn wall_clock_limit(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(1)
+            + std::time::Duration::from_nanos(self.fuel_per_record.saturating_mul(10))
     }
 }
 

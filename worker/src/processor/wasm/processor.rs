@@ -48,7 +48,7 @@ impl std::fmt::Debug for WasmProcessor {
 enum CallError {
     /// The guest said `bad-record`.
     Refused(String),
-    /// The call trapped, ran out of fuel or memory: the instance is spent.
+    /// The call trapped, ran out of fuel, memory or time: the instance is spent.
     Trapped(DecodeError),
     /// Reading the task's state failed.
     State(crate::processor::state::StateError),
@@ -106,7 +106,8 @@ impl WasmProcessor {
             timestamp_ms: record.kafka.timestamp_ms,
         };
         let bridge = &self.bridge;
-        let outcome = runtime.block_on(async {
+        let deadline = self.limits.wall_clock_limit();
+        let call = async {
             if let Some(time) = advance_to {
                 let advanced = drive(bridge, state, bindings.call_advance(&mut *store, time)).await;
                 match advanced {
@@ -116,8 +117,16 @@ impl WasmProcessor {
                 }
             }
             drive(bridge, state, bindings.call_process(&mut *store, &guest)).await
-        });
+        };
+        // The timer is made inside the runtime, whose clock drives it.
+        let outcome = runtime.block_on(async { tokio::time::timeout(deadline, call).await });
         let data = store.data_mut();
+        let Ok(outcome) = outcome else {
+            // The call was dropped mid-way: the instance is spent, like after a trap.
+            return Err(CallError::Trapped(DecodeError::GuestTimedOut {
+                millis: deadline.as_millis(),
+            }));
+        };
         match outcome {
             Ok(Ok(())) => Ok(()),
             Ok(Err(Failure::BadRecord(reason))) => Err(CallError::Refused(reason)),
