@@ -8,6 +8,9 @@
 //!   transaction is answered exactly once with the answer the card's earlier transactions give.
 //! - The whole record (the Python `describe` guest): a record's Kafka key, headers and
 //!   timestamp reach the guest as they were produced.
+//! - Poison among normal records (the C guest): a record that loops, allocates without end, traps
+//!   or sleeps is dead-lettered with its reason, the others are answered as if it never was,
+//!   and the task catches up with its input.
 //! - Upgrading the logic (the C guest): a new build of the module (other bytes, another digest) stops on the
 //!   old build's state, naming both digests and how to declare it; declared in the job
 //!   (`readsStateOf`), it goes on from that state and records its own digest.
@@ -436,4 +439,82 @@ async fn a_guest_sees_each_records_kafka_key_headers_and_timestamp() {
     assert_eq!(second["headers"], serde_json::json!([]));
     assert_eq!(second["offset"], 1);
     assert!(second["timestampMs"].as_i64().is_some(), "{second}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn poisoned_records_among_normal_ones_are_dead_lettered_and_the_task_catches_up() {
+    let input = unique_name("wasm-poison-input");
+    create_topic(&input, 1, false).await;
+    let mut job = wasm_job("wasm-poison", &input, 1).await;
+    let module = upload(&job, "c-velocity", guest_bytes("c-velocity")).await;
+    let mut processor = velocity(module, Vec::new());
+    if let ProcessorKind::Wasm { limits, .. } = &mut processor.kind {
+        // A small budget: the loop's fuel and the sleep's 1.2 s wall-clock limit come soon.
+        limits.fuel_per_record = 20_000_000;
+        limits.memory_bytes = 64 << 20;
+    }
+    job.config.processor = processor;
+    let poisons = ["loop", "allocate", "trap", "sleep"];
+    let records: Vec<(String, String)> = (0..200u32)
+        .map(|i| {
+            let poison = (i % 50 == 25).then(|| poisons[(i / 50) as usize]);
+            let value = match poison {
+                Some(poison) => format!(
+                    r#"{{"card":"c{}","ts":{},"poison":"{poison}"}}"#,
+                    i % 7,
+                    i * 1000
+                ),
+                None => format!(r#"{{"card":"c{}","ts":{}}}"#, i % 7, i * 1000),
+            };
+            (format!("c{}", i % 7), value)
+        })
+        .collect();
+    produce(&input, 1, records);
+
+    let mut worker = job.start(None);
+    job.wait_until_caught_up(&mut worker, Duration::from_secs(120));
+    worker.terminate(Duration::from_secs(30));
+    let dead: Vec<(String, String)> = read_committed(&job.config.kafka.dead_letter_topic, 1)
+        .remove(&0)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|record| {
+            let value: serde_json::Value =
+                serde_json::from_str(&record.value.unwrap_or_default()).unwrap();
+            (
+                value["poison"].as_str().unwrap().to_string(),
+                record.headers["streamkeeper.reason"].clone(),
+            )
+        })
+        .collect();
+    let reasons = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(p, r)| (p.to_string(), r.to_string()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        dead,
+        reasons(&[
+            ("loop", "guest_out_of_fuel"),
+            ("allocate", "guest_out_of_memory"),
+            ("trap", "guest_trapped"),
+            ("sleep", "guest_timed_out"),
+        ])
+    );
+    // Every other record answered once, as if the poisoned ones had never been: each card's
+    // answers count only its normal transactions.
+    let answers = job.output().remove(&0).unwrap_or_default();
+    assert_eq!(answers.len(), 196);
+    let mut seen: BTreeMap<String, u64> = BTreeMap::new();
+    for (_, value) in answers {
+        let answer: serde_json::Value = serde_json::from_str(&value).unwrap();
+        assert!(answer["transaction"].get("poison").is_none(), "{answer}");
+        let card = answer["transaction"]["card"].as_str().unwrap().to_string();
+        let count = seen.entry(card).or_default();
+        *count += 1;
+        // 7 cards, 7 s apart per card, a 60 s window: the 9 latest count (capped at 3 kept).
+        let expected = (*count).min(MAX_TRANSACTIONS + 1);
+        assert_eq!(answer["recent"].as_u64(), Some(expected), "{answer}");
+    }
 }
