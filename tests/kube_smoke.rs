@@ -133,6 +133,19 @@ async fn wasm_module_is_the_processor_change_allowed(jobs: &Api<StatefulStreamJo
         }
     }))
     .unwrap();
+    let mut both = job.clone();
+    both.metadata.name = Some("velocity-both".into());
+    both.spec.processor.wasm.as_mut().unwrap().module.config_map =
+        serde_json::from_value(serde_json::json!({"name": "guests", "key": "velocity.wasm"}))
+            .unwrap();
+    let error = jobs
+        .create(&PostParams::default(), &both)
+        .await
+        .expect_err("a module is an S3 key or a ConfigMap's");
+    assert!(
+        error.to_string().contains("an S3 key or a configMap"),
+        "{error}"
+    );
     let job = jobs
         .create(&PostParams::default(), &job)
         .await
@@ -140,7 +153,7 @@ async fn wasm_module_is_the_processor_change_allowed(jobs: &Api<StatefulStreamJo
     let mut upgraded = job.clone();
     let wasm = upgraded.spec.processor.wasm.as_mut().unwrap();
     wasm.module.sha256 = "b".repeat(64);
-    wasm.module.key = "guests/velocity-2.wasm".into();
+    wasm.module.key = Some("guests/velocity-2.wasm".into());
     wasm.reads_state_of = Some(vec!["a".repeat(64)]);
     let upgraded = jobs
         .replace("velocity", &PostParams::default(), &upgraded)

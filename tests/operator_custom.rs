@@ -10,7 +10,8 @@
 //! twice would change the counts.
 //!
 //! A WebAssembly processor (`examples/wasm/python/app.py`, the same velocity check as a Python
-//! guest) runs on the stock worker image from a component in S3 pinned by its digest: through
+//! guest; and `examples/wasm/c/velocity.c` from a ConfigMap, which starts only once the ConfigMap
+//! is there) runs on the stock worker image from a component pinned by its digest: through
 //! kill -9 with standbys, every transaction is answered exactly once, the same way. A digest
 //! that does not match the object, or a module that is not there, is `Invalid` naming the
 //! module, before anything is created.
@@ -274,9 +275,8 @@ async fn a_config_only_the_worker_can_judge_is_invalid_with_its_reason_until_fix
     system.clean_up().await;
 }
 
-/// The Python guest, built by `examples/wasm/build.sh`, uploaded to the test bucket: its key and
-/// SHA-256.
-async fn upload_python_guest(prefix: &str) -> (String, String) {
+/// The example guest `name`, built by `examples/wasm/build.sh`: its bytes and SHA-256.
+fn built_guest(name: &str) -> (Vec<u8>, String) {
     let out = tempfile::tempdir().unwrap();
     let built = std::process::Command::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -286,18 +286,20 @@ async fn upload_python_guest(prefix: &str) -> (String, String) {
     .status()
     .unwrap();
     assert!(built.success(), "examples/wasm/build.sh failed");
-    let path = out.path().join("python-velocity.wasm");
-    let digest = std::process::Command::new("sha256sum")
-        .arg(&path)
-        .output()
-        .unwrap();
-    let sha256 = String::from_utf8(digest.stdout).unwrap()[..64].to_string();
+    let bytes = std::fs::read(out.path().join(format!("{name}.wasm"))).unwrap();
+    let sha256 = streamkeeper_contract::module_digest::ModuleDigest::of(&bytes);
+    (bytes, sha256)
+}
+
+/// The Python guest uploaded to the test bucket: its key and SHA-256.
+async fn upload_python_guest(prefix: &str) -> (String, String) {
+    let (bytes, sha256) = built_guest("python-velocity");
     let key = format!("{prefix}/guests/python-velocity.wasm");
     operator_support::s3_client()
         .put_object()
         .bucket(support_bucket())
         .key(&key)
-        .body(std::fs::read(&path).unwrap().into())
+        .body(bytes.into())
         .send()
         .await
         .unwrap();
@@ -381,10 +383,67 @@ async fn a_python_wasm_processor_answers_every_transaction_exactly_once_through_
     );
     let missing = refused(
         "cards-missing",
-        &|wasm| wasm.module.key = format!("{key}.missing"),
+        &|wasm| wasm.module.key = Some(format!("{key}.missing")),
         "ModuleMissing",
     )
     .await;
     assert!(missing.contains(&format!("{key}.missing")), "{missing}");
+    system.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_c_wasm_processor_from_a_config_map_starts_once_its_module_is_there_and_answers_exactly()
+{
+    let (bytes, sha256) = built_guest("c-velocity");
+    let mut spec = wasm_spec("unused", &sha256);
+    spec["processor"]["wasm"]["module"] = serde_json::json!({
+        "configMap": {"name": "velocity-guest", "key": "velocity.wasm"},
+        "sha256": sha256,
+    });
+    let events = 2_000;
+    let system = start("op-wasm-cm", 50, (3, 1), events, spec).await;
+
+    // The ConfigMap is not there yet: Invalid, naming it, and nothing created.
+    let jobs: Api<StatefulStreamJob> = Api::namespaced(system.client.clone(), &system.namespace);
+    let message = wait_until("Invalid ModuleMissing", async || {
+        let job = jobs.get(system.name).await.ok()?;
+        let invalid = found(&job, "Invalid")?;
+        (invalid.status == "True" && invalid.reason == "ModuleMissing").then_some(invalid.message)
+    })
+    .await;
+    let named = format!(
+        "configmap {}/velocity-guest key velocity.wasm",
+        system.namespace
+    );
+    assert!(message.contains(&named), "{message}");
+    let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        Api::namespaced(system.client.clone(), &system.namespace);
+    assert!(
+        sets.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    // Once it is, the job starts (looked at again within 10 s) and runs exactly through kill -9.
+    let map: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "velocity-guest"},
+        "binaryData": {"velocity.wasm": k8s_openapi::ByteString(bytes)},
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
+        system.client.clone(),
+        &system.namespace,
+    )
+    .create(&Default::default(), &map)
+    .await
+    .unwrap();
+    let (producing, _) = kill_owner_of_task_0_while_producing(&system, events).await;
+    let total = producing.finish();
+    wait_until("every transaction answered exactly once", async || {
+        exact_velocity_output(&system.output, total)
+    })
+    .await;
     system.clean_up().await;
 }

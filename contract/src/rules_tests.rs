@@ -229,6 +229,7 @@ fn a_wasm_module_is_pinned_by_its_digest_and_its_limits_are_bounded() {
     let module = |key: &str, sha256: &str| WasmModuleSource {
         bucket: None,
         key: key.into(),
+        file: None,
         sha256: sha256.into(),
     };
     let digest = "a".repeat(64);
@@ -274,11 +275,39 @@ fn a_wasm_module_is_pinned_by_its_digest_and_its_limits_are_bounded() {
 }
 
 #[test]
+fn a_wasm_module_is_an_s3_key_or_a_file_never_both() {
+    use crate::worker_config::{WasmLimitsConfig, WasmModuleSource};
+    let limits = WasmLimitsConfig::default();
+    let module = |bucket: Option<&str>, key: &str, file: Option<&str>| WasmModuleSource {
+        bucket: bucket.map(Into::into),
+        key: key.into(),
+        file: file.map(Into::into),
+        sha256: "a".repeat(64),
+    };
+    let file = Some("/etc/streamkeeper/module/module.wasm");
+    assert_eq!(wasm(&module(None, "", file), &limits), Ok(()));
+    assert_eq!(wasm(&module(Some("b"), "k", None), &limits), Ok(()));
+    for bad in [
+        module(None, "k", file),
+        module(Some("b"), "", file),
+        module(None, "", Some(" ")),
+        module(None, "", None),
+    ] {
+        assert_eq!(
+            refused_field(wasm(&bad, &limits)),
+            Field::WasmModuleKey,
+            "{bad:?}"
+        );
+    }
+}
+
+#[test]
 fn a_wasm_module_reads_the_state_of_earlier_builds_named_by_digest() {
     use crate::worker_config::WasmModuleSource;
     let module = WasmModuleSource {
         bucket: None,
         key: "guests/velocity.wasm".into(),
+        file: None,
         sha256: "a".repeat(64),
     };
     assert_eq!(wasm_reads_state_of(&module, &[]), Ok(()));

@@ -441,6 +441,7 @@ pub(crate) mod tests {
             module: WasmModuleSource {
                 bucket: Some("guests".into()),
                 key: "velocity/python.wasm".into(),
+                file: None,
                 sha256: "0f".repeat(32),
             },
             config: serde_json::json!({"maxTransactions": 3, "windowMinutes": 10}),

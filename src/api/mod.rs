@@ -25,7 +25,7 @@ pub use kafka::{KafkaSaslSpec, KafkaSpec, KafkaTlsSpec, SaslMechanism, SecretKey
 pub use pod::PodOverrides;
 pub use processor::{
     AggregateSpec, CustomSpec, DedupSpec, ProcessorSpec, ProcessorType, WasmLimitsSpec,
-    WasmModuleSpec, WasmSpec, WindowSpec, WindowType,
+    WasmModuleConfigMap, WasmModuleSpec, WasmSpec, WindowSpec, WindowType,
 };
 pub use state::{Compression, RocksDbSpec, StateSpec};
 pub use status::{

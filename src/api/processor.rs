@@ -79,23 +79,44 @@ pub struct WasmSpec {
     pub reads_state_of: Option<Vec<String>>,
 }
 
-/// Where the component is: an S3 object read with the job's checkpoint endpoint and
-/// credentials, pinned by its digest.
+/// Where the component is, pinned by its digest: an S3 object (`key`, read with the job's
+/// checkpoint endpoint and credentials), or a key of a ConfigMap in the job's namespace
+/// (`configMap`, for a small module: a ConfigMap holds at most 1 MiB).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = kube::core::Rule::new("has(self.key) != has(self.configMap)").message("spec.processor.wasm.module names an S3 key or a configMap, one of them"))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.bucket) || has(self.key)").message("spec.processor.wasm.module.bucket goes with an S3 key").field_path(".bucket"))]
 pub struct WasmModuleSpec {
     /// The bucket; `spec.checkpoint.s3.bucket` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 3, max = 63))]
     pub bucket: Option<String>,
 
-    /// The object's key.
+    /// The S3 object's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
-    pub key: String,
+    pub key: Option<String>,
+
+    /// The ConfigMap and its key holding the component (in `binaryData`), mounted into the
+    /// worker pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<WasmModuleConfigMap>,
 
     /// The component's SHA-256 (`sha256sum module.wasm`): the worker runs those bytes or none.
     #[schemars(pattern(r"^[0-9a-f]{64}$"))]
     pub sha256: String,
+}
+
+/// A ConfigMap key holding a WebAssembly component.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WasmModuleConfigMap {
+    /// The ConfigMap's name, in the job's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The key of its `binaryData` (or `data`) holding the component.
+    #[schemars(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$"))]
+    pub key: String,
 }
 
 /// A WebAssembly processor's limits.

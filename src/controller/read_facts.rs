@@ -10,14 +10,16 @@ use crate::adapters::kafka_admin::{KafkaAdmin, KafkaAdminError};
 use crate::adapters::kafka_security::KafkaClientSecurity;
 use crate::adapters::wasm_module::{self, ModuleFound};
 use crate::api::StatefulStreamJob;
+use crate::controller::valid_job::ModuleConfigMap;
 use crate::controller::{Context, ReconcileError, ValidatedJob};
 use crate::k8s::apply::ApiError;
 use crate::k8s::{labels, names, ownership};
 use crate::retention::{RetentionViolation, TopicRetention};
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use std::collections::BTreeSet;
+use streamkeeper_contract::module_digest::ModuleDigest;
 use streamkeeper_contract::worker_config::ProcessorKind;
 
 /// The facts a reconcile reads from Kafka before it builds anything.
@@ -269,11 +271,50 @@ pub async fn wasm_module(
     let ProcessorKind::Wasm { module, .. } = &job.processor.kind else {
         return Ok(None);
     };
+    if let Some(source) = &job.module_config_map {
+        return Ok(Some(module_in_config_map(ctx, job, source).await?));
+    }
     let location = job.checkpoint.location();
     let client = s3_client(&location, s3_access_keys(ctx, job).await?).await;
     let bucket = module.bucket_or(&location.bucket);
     let found = wasm_module::look_up(&client, bucket, &module.key, &ctx.modules).await?;
     Ok(Some((module.location(Some(&location.bucket)), found)))
+}
+
+/// A module in a ConfigMap key (`binaryData`, or `data` for a text-safe one): its location for
+/// messages and what is there.
+async fn module_in_config_map(
+    ctx: &Context,
+    job: &ValidatedJob,
+    source: &ModuleConfigMap,
+) -> Result<(String, ModuleFound), ApiError> {
+    let location = format!(
+        "configmap {}/{} key {}",
+        job.namespace, source.name, source.key
+    );
+    let maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &job.namespace);
+    let map = maps.get_opt(&source.name).await.map_err(|error| ApiError {
+        action: "get",
+        kind: "ConfigMap".into(),
+        namespace: job.namespace.clone(),
+        name: source.name.clone(),
+        source: error,
+    })?;
+    let bytes = map.and_then(|map| {
+        let binary = map
+            .binary_data
+            .and_then(|mut data| data.remove(&source.key));
+        binary
+            .map(|bytes| bytes.0)
+            .or_else(|| map.data?.remove(&source.key).map(String::into_bytes))
+    });
+    let found = match bytes {
+        Some(bytes) => ModuleFound::Found {
+            sha256: ModuleDigest::of(&bytes),
+        },
+        None => ModuleFound::Missing,
+    };
+    Ok((location, found))
 }
 
 /// The job's worker pods: the pods its StatefulSet owns, found by the job's labels.

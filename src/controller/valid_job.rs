@@ -35,6 +35,16 @@ pub struct ValidatedJob {
     pub heartbeat_timeout: Duration,
     pub restore: Option<RestoreRequest>,
     pub deletion_policy: DeletionPolicy,
+    /// The ConfigMap key a WebAssembly processor's module is read from, mounted into the pods
+    /// (`processor`'s module then names the mounted file).
+    pub module_config_map: Option<ModuleConfigMap>,
+}
+
+/// A ConfigMap key holding a WebAssembly component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModuleConfigMap {
+    pub name: String,
+    pub key: String,
 }
 
 impl ValidatedJob {

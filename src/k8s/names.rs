@@ -23,6 +23,11 @@ pub const S3_CREDENTIALS_DIR: &str = "/etc/streamkeeper/s3";
 pub const S3_ACCESS_KEY_ID_FILE: &str = "accessKeyId";
 pub const S3_SECRET_ACCESS_KEY_FILE: &str = "secretAccessKey";
 /// Kafka TLS material: `ca.crt`, `tls.crt`, `tls.key` below this directory.
+/// Where a WebAssembly processor's module from a ConfigMap is mounted, and its file there.
+pub const WASM_MODULE_DIR: &str = "/etc/streamkeeper/module";
+pub const WASM_MODULE_FILE_NAME: &str = "module.wasm";
+pub const WASM_MODULE_FILE: &str = "/etc/streamkeeper/module/module.wasm";
+
 pub const KAFKA_TLS_DIR: &str = "/etc/streamkeeper/kafka/tls";
 pub const KAFKA_TLS_CA_FILE: &str = "ca.crt";
 pub const KAFKA_TLS_CERT_FILE: &str = "tls.crt";

@@ -88,6 +88,7 @@ async fn run(input: &str, partitions: i32, variant: &Variant) -> Run {
                 module: WasmModuleSource {
                     bucket: None,
                     key,
+                    file: None,
                     sha256,
                 },
                 config: serde_json::Value::Null,

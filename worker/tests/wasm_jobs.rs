@@ -82,6 +82,7 @@ async fn upload(job: &Job, name: &str, bytes: Vec<u8>) -> WasmModuleSource {
     WasmModuleSource {
         bucket: None,
         key,
+        file: None,
         sha256,
     }
 }

@@ -76,11 +76,19 @@ pub fn wasm_reads_state_of(module: &WasmModuleSource, digests: &[String]) -> Res
     Ok(())
 }
 
-/// A WebAssembly processor's module and limits: a key, a digest of 64 lowercase hex digits,
-/// and limits within bounds.
+/// A WebAssembly processor's module and limits: an S3 key or a file, a digest of 64 lowercase
+/// hex digits, and limits within bounds.
 pub fn wasm(module: &WasmModuleSource, limits: &WasmLimitsConfig) -> Result<(), Violation> {
-    if module.key.trim().is_empty() {
-        return Err(violation(Field::WasmModuleKey, "must not be empty"));
+    match (module.key.trim().is_empty(), &module.file) {
+        (false, None) => {}
+        (true, Some(file)) if !file.trim().is_empty() && module.bucket.is_none() => {}
+        (true, None) => return Err(violation(Field::WasmModuleKey, "must not be empty")),
+        _ => {
+            return Err(violation(
+                Field::WasmModuleKey,
+                "the module is an S3 object (key, bucket) or a file (a ConfigMap's), not both",
+            ));
+        }
     }
     sha256(Field::WasmModuleSha256, &module.sha256)?;
     if !(1..=MAX_WASM_FUEL_PER_RECORD).contains(&limits.fuel_per_record) {

@@ -91,8 +91,12 @@ pub struct WasmModuleSource {
     /// endpoint and credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bucket: Option<String>,
-    /// The object's key.
+    /// The object's key in S3; empty when the component is a `file`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub key: String,
+    /// A file in the pod holding the component (a mounted ConfigMap), instead of an S3 object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
     /// The component's SHA-256, 64 lowercase hex digits: the worker runs those bytes or none.
     pub sha256: String,
 }
@@ -103,8 +107,11 @@ impl WasmModuleSource {
         self.bucket.as_deref().unwrap_or(default)
     }
 
-    /// `s3://bucket/key`, for messages; `?` for a bucket neither names.
+    /// `s3://bucket/key` (`?` for a bucket neither names), or the file's path, for messages.
     pub fn location(&self, default_bucket: Option<&str>) -> String {
+        if let Some(file) = &self.file {
+            return file.clone();
+        }
         let bucket = self.bucket.as_deref().or(default_bucket).unwrap_or("?");
         format!("s3://{bucket}/{}", self.key)
     }

@@ -30,6 +30,7 @@ const SECRET_FILE_MODE: i32 = 0o440;
 const CONFIG_VOLUME: &str = "config";
 const TMP_VOLUME: &str = "tmp";
 const S3_VOLUME: &str = "s3-credentials";
+const WASM_MODULE_VOLUME: &str = "wasm-module";
 const KAFKA_TLS_VOLUME: &str = "kafka-tls";
 const KAFKA_SASL_VOLUME: &str = "kafka-sasl";
 const WORKER_TOKEN_VOLUME: &str = "worker-token";
@@ -244,6 +245,9 @@ fn volume_mounts(job: &ValidatedJob) -> Vec<VolumeMount> {
         mount(TMP_VOLUME, "/tmp", false),
         mount(WORKER_TOKEN_VOLUME, names::WORKER_TOKEN_DIR, true),
     ];
+    if job.module_config_map.is_some() {
+        mounts.push(mount(WASM_MODULE_VOLUME, names::WASM_MODULE_DIR, true));
+    }
     if job.checkpoint.credentials.is_some() {
         mounts.push(mount(S3_VOLUME, names::S3_CREDENTIALS_DIR, true));
     }
@@ -304,6 +308,17 @@ fn volumes(job: &ValidatedJob) -> Vec<Volume> {
             )],
         ),
     ];
+    if let Some(module) = &job.module_config_map {
+        volumes.push(Volume {
+            name: WASM_MODULE_VOLUME.into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: module.name.clone(),
+                items: Some(vec![key_to_path(&module.key, names::WASM_MODULE_FILE_NAME)]),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+    }
     if let Some(secret) = &job.checkpoint.credentials {
         volumes.push(secret_volume(
             S3_VOLUME,

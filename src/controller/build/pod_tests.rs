@@ -434,3 +434,44 @@ valueFrom:
     );
     assert_ne!(built.spec, without.spec);
 }
+
+#[test]
+fn a_module_from_a_config_map_is_mounted_where_the_worker_config_names_it() {
+    let job = test_support::validated_with(|job| {
+        job.spec.processor = serde_json::from_value(serde_json::json!({
+            "type": "wasm",
+            "keyField": "card",
+            "wasm": {"module": {
+                "configMap": {"name": "guests", "key": "velocity.wasm"},
+                "sha256": "a".repeat(64),
+            }},
+        }))
+        .unwrap();
+    });
+    let spec = pod_spec(&job);
+    let volume = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "wasm-module")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        volume["configMap"],
+        yaml("{name: guests, items: [{key: velocity.wasm, path: module.wasm}]}")
+    );
+    let mounts = worker(&job)["volumeMounts"].clone();
+    assert!(
+        mounts.as_array().unwrap().contains(&yaml(
+            "{name: wasm-module, mountPath: /etc/streamkeeper/module, readOnly: true}"
+        )),
+        "{mounts}"
+    );
+    let streamkeeper_contract::worker_config::ProcessorKind::Wasm { module, .. } =
+        &job.processor.kind
+    else {
+        panic!("a wasm processor");
+    };
+    assert_eq!(module.file.as_deref(), Some(names::WASM_MODULE_FILE));
+    assert!(module.key.is_empty());
+}

@@ -10,8 +10,8 @@ mod rules;
 pub use quantity::{QuantityError, quantity_to_bytes};
 
 use crate::controller::valid_job::{
-    CheckpointSettings, KafkaSettings, RestorePoint, RestoreRequest, StateSettings, ValidatedJob,
-    Workers,
+    CheckpointSettings, KafkaSettings, ModuleConfigMap, RestorePoint, RestoreRequest,
+    StateSettings, ValidatedJob, Workers,
 };
 
 use crate::api::StatefulStreamJob;
@@ -119,6 +119,15 @@ pub fn validate(
         heartbeat_timeout: rules::heartbeat_timeout(&spec.recovery.heartbeat_timeout)?,
         restore: spec.restore.as_ref().map(rules::restore).transpose()?,
         deletion_policy: spec.deletion_policy,
+        module_config_map: spec
+            .processor
+            .wasm
+            .as_ref()
+            .and_then(|wasm| wasm.module.config_map.as_ref())
+            .map(|source| ModuleConfigMap {
+                name: source.name.clone(),
+                key: source.key.clone(),
+            }),
         namespace,
         name,
         cluster: identity.cluster,

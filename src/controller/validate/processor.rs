@@ -6,6 +6,7 @@
 use super::InvalidSpec;
 use super::rules::{duration, non_empty};
 use crate::api::{AggregateSpec, ProcessorSpec, ProcessorType, WasmSpec, WindowSpec, WindowType};
+use crate::k8s::names;
 use streamkeeper_contract::rules;
 use streamkeeper_contract::worker_config::{
     JobIdentity, ProcessorConfig, ProcessorKind, WasmLimitsConfig, WasmModuleSource, WindowConfig,
@@ -126,7 +127,12 @@ fn wasm_kind(spec: &WasmSpec) -> ProcessorKind {
     ProcessorKind::Wasm {
         module: WasmModuleSource {
             bucket: spec.module.bucket.clone(),
-            key: spec.module.key.clone(),
+            key: spec.module.key.clone().unwrap_or_default(),
+            file: spec
+                .module
+                .config_map
+                .as_ref()
+                .map(|_| names::WASM_MODULE_FILE.to_string()),
             sha256: spec.module.sha256.clone(),
         },
         config: spec

@@ -1,6 +1,7 @@
-//! A WebAssembly processor's component: fetched from S3 with the job's checkpoint endpoint and
-//! credentials once per worker, checked against the digest the job pins, and kept on the state
-//! volume (`<state.dir>/modules/<sha256>.wasm`) so a restarted pod does not fetch it again.
+//! A WebAssembly processor's component: read from its file (a ConfigMap the pod mounts), or
+//! fetched from S3 with the job's checkpoint endpoint and credentials once per worker and kept
+//! on the state volume (`<state.dir>/modules/<sha256>.wasm`) so a restarted pod does not fetch
+//! it again; either way checked against the digest the job pins.
 //! A copy on the volume is checked like a fetched one: bytes that do not match are never run.
 
 use super::error::CheckpointError;
@@ -28,6 +29,12 @@ pub enum ModuleError {
         expected: String,
         found: String,
     },
+    #[error("cannot read the job's WebAssembly module {location}: {source}")]
+    Read {
+        location: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot keep the module at {path}: {source}")]
     Cache {
         path: PathBuf,
@@ -41,14 +48,23 @@ pub fn location(source: &WasmModuleSource, s3: Option<&S3Config>) -> String {
     source.location(s3.map(|s3| s3.bucket.as_str()))
 }
 
-/// The component's bytes, checked against `source.sha256`: from the state volume's copy, else
-/// from S3 (then kept on the volume).
+/// The component's bytes, checked against `source.sha256`: from its file (a mounted
+/// ConfigMap), or from the state volume's copy, else from S3 (then kept on the volume).
 pub async fn fetch(
     source: &WasmModuleSource,
     s3: Option<&S3Config>,
     state_dir: &Path,
 ) -> Result<Vec<u8>, ModuleError> {
     let location = location(source, s3);
+    if let Some(file) = &source.file {
+        let bytes = tokio::fs::read(file)
+            .await
+            .map_err(|source| ModuleError::Read {
+                location: location.clone(),
+                source,
+            })?;
+        return checked(bytes, source, location);
+    }
     let cached = state_dir
         .join("modules")
         .join(format!("{}.wasm", source.sha256));
@@ -74,6 +90,17 @@ pub async fn fetch(
         location: location.clone(),
         source,
     })?;
+    let bytes = checked(bytes, source, location)?;
+    keep(&cached, &bytes).await?;
+    Ok(bytes)
+}
+
+/// `bytes`, when they are the ones `source` pins.
+fn checked(
+    bytes: Vec<u8>,
+    source: &WasmModuleSource,
+    location: String,
+) -> Result<Vec<u8>, ModuleError> {
     let found = ModuleDigest::of(&bytes);
     if found != source.sha256 {
         return Err(ModuleError::Mismatch {
@@ -82,7 +109,6 @@ pub async fn fetch(
             found,
         });
     }
-    keep(&cached, &bytes).await?;
     Ok(bytes)
 }
 
@@ -108,6 +134,7 @@ mod tests {
         WasmModuleSource {
             bucket: None,
             key: "guests/velocity.wasm".into(),
+            file: None,
             sha256: sha256.into(),
         }
     }
@@ -131,5 +158,27 @@ mod tests {
             error.to_string().contains("s3://?/guests/velocity.wasm"),
             "{error}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_file_is_read_and_checked_against_the_pinned_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = b"\0asm component".to_vec();
+        let file = dir.path().join("module.wasm");
+        std::fs::write(&file, &bytes).unwrap();
+        let mut from_file = source(&ModuleDigest::of(&bytes));
+        from_file.key = String::new();
+        from_file.file = Some(file.to_string_lossy().into_owned());
+        assert_eq!(fetch(&from_file, None, dir.path()).await.unwrap(), bytes);
+        from_file.sha256 = "0".repeat(64);
+        assert!(matches!(
+            fetch(&from_file, None, dir.path()).await,
+            Err(ModuleError::Mismatch { .. })
+        ));
+        from_file.file = Some(dir.path().join("absent").to_string_lossy().into_owned());
+        assert!(matches!(
+            fetch(&from_file, None, dir.path()).await,
+            Err(ModuleError::Read { .. })
+        ));
     }
 }

@@ -135,6 +135,7 @@ mod tests {
                 module: WasmModuleSource {
                     bucket: None,
                     key: key.into(),
+                    file: None,
                     sha256: sha256.into(),
                 },
                 config: json!({"maxTransactions": 3}),
