@@ -12,7 +12,8 @@
 //! A WebAssembly processor (`examples/wasm/python/app.py`, the same velocity check as a Python
 //! guest; and `examples/wasm/c/velocity.c` from a ConfigMap, which starts only once the ConfigMap
 //! is there) runs on the stock worker image from a component pinned by its digest: through
-//! kill -9 with standbys, every transaction is answered exactly once, the same way. A digest
+//! kill -9 with standbys, every transaction is answered exactly once, the same way (the Python
+//! module read with access keys of its own). A digest
 //! that does not match the object, or a module that is not there, is `Invalid` naming the
 //! module, before anything is created.
 //!
@@ -330,8 +331,40 @@ async fn a_python_wasm_processor_answers_every_transaction_exactly_once_through_
     let (key, sha256) =
         upload_python_guest(&streamkeeper_test_support::unique_name("op-wasm")).await;
     let events = 2_000;
-    let system = start("op-wasm", 30, (3, 1), events, wasm_spec(&key, &sha256)).await;
+    // The module is read with access keys of its own (a Secret with other key names than the
+    // checkpoint's), created just after the job.
+    let mut spec = wasm_spec(&key, &sha256);
+    spec["processor"]["wasm"]["module"]["credentialsSecret"] = serde_json::json!({"name": "guest-reader", "accessKeyIdKey": "id", "secretAccessKeyKey": "secret"});
+    let system = start("op-wasm", 30, (3, 1), events, spec).await;
+    let s3 = streamkeeper_test_support::s3_settings();
+    let reader: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "guest-reader"},
+        "stringData": {"id": s3.access_key, "secret": s3.secret_key},
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(system.client.clone(), &system.namespace)
+        .create(&Default::default(), &reader)
+        .await
+        .unwrap();
     let (producing, _) = kill_owner_of_task_0_while_producing(&system, events).await;
+    let pods = system.pods().await;
+    let mounted = pods.iter().all(|pod| {
+        pod.spec
+            .as_ref()
+            .unwrap()
+            .volumes
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|volume| {
+                volume
+                    .secret
+                    .as_ref()
+                    .and_then(|s| s.secret_name.as_deref())
+                    == Some("guest-reader")
+            })
+    });
+    assert!(mounted, "every pod mounts the module's own access keys");
     let total = producing.finish();
     wait_until("every transaction answered exactly once", async || {
         exact_velocity_output(&system.output, total)

@@ -230,6 +230,7 @@ fn a_wasm_module_is_pinned_by_its_digest_and_its_limits_are_bounded() {
         bucket: None,
         key: key.into(),
         file: None,
+        credentials_dir: None,
         sha256: sha256.into(),
     };
     let digest = "a".repeat(64);
@@ -282,6 +283,7 @@ fn a_wasm_module_is_an_s3_key_or_a_file_never_both() {
         bucket: bucket.map(Into::into),
         key: key.into(),
         file: file.map(Into::into),
+        credentials_dir: None,
         sha256: "a".repeat(64),
     };
     let file = Some("/etc/streamkeeper/module/module.wasm");
@@ -308,6 +310,7 @@ fn a_wasm_module_reads_the_state_of_earlier_builds_named_by_digest() {
         bucket: None,
         key: "guests/velocity.wasm".into(),
         file: None,
+        credentials_dir: None,
         sha256: "a".repeat(64),
     };
     assert_eq!(wasm_reads_state_of(&module, &[]), Ok(()));

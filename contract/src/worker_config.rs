@@ -442,6 +442,7 @@ pub(crate) mod tests {
                 bucket: Some("guests".into()),
                 key: "velocity/python.wasm".into(),
                 file: None,
+                credentials_dir: None,
                 sha256: "0f".repeat(32),
             },
             config: serde_json::json!({"maxTransactions": 3, "windowMinutes": 10}),

@@ -1,5 +1,6 @@
 //! The processing logic a job runs and the record fields it reads.
 
+use super::checkpoint::S3CredentialsSecret;
 use super::join::JoinSpec;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
@@ -86,6 +87,7 @@ pub struct WasmSpec {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = kube::core::Rule::new("has(self.key) != has(self.configMap)").message("spec.processor.wasm.module names an S3 key or a configMap, one of them"))]
 #[x_kube(validation = kube::core::Rule::new("!has(self.bucket) || has(self.key)").message("spec.processor.wasm.module.bucket goes with an S3 key").field_path(".bucket"))]
+#[x_kube(validation = kube::core::Rule::new("!has(self.credentialsSecret) || has(self.key)").message("spec.processor.wasm.module.credentialsSecret goes with an S3 key").field_path(".credentialsSecret"))]
 pub struct WasmModuleSpec {
     /// The bucket; `spec.checkpoint.s3.bucket` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -101,6 +103,11 @@ pub struct WasmModuleSpec {
     /// worker pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map: Option<WasmModuleConfigMap>,
+
+    /// A Secret with access keys of the module's own for its S3 object (mounted as files);
+    /// the job's checkpoint credentials when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<S3CredentialsSecret>,
 
     /// The component's SHA-256 (`sha256sum module.wasm`): the worker runs those bytes or none.
     #[schemars(pattern(r"^[0-9a-f]{64}$"))]

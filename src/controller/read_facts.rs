@@ -9,7 +9,7 @@ use crate::adapters::checkpoints::{CheckpointReader, S3AccessKeys, s3_client};
 use crate::adapters::kafka_admin::{KafkaAdmin, KafkaAdminError};
 use crate::adapters::kafka_security::KafkaClientSecurity;
 use crate::adapters::wasm_module::{self, ModuleFound};
-use crate::api::StatefulStreamJob;
+use crate::api::{S3CredentialsSecret, StatefulStreamJob};
 use crate::controller::valid_job::ModuleConfigMap;
 use crate::controller::{Context, ReconcileError, ValidatedJob};
 use crate::k8s::apply::ApiError;
@@ -221,7 +221,6 @@ pub fn changelog_claim(job: &StatefulStreamJob, cluster: Option<&str>) -> Change
     }
 }
 
-/// The access keys from the job's credentials Secret, or `None` for ambient credentials.
 /// The job's S3 checkpoint reader, with the credentials its spec names.
 pub async fn checkpoint_reader(
     ctx: &Context,
@@ -231,19 +230,29 @@ pub async fn checkpoint_reader(
     Ok(CheckpointReader::new(job.checkpoint.location(), keys, job.identity()).await)
 }
 
+/// The access keys from the job's credentials Secret, or `None` for ambient credentials.
 pub async fn s3_access_keys(
     ctx: &Context,
     job: &ValidatedJob,
 ) -> Result<Option<S3AccessKeys>, ReconcileError> {
-    let Some(secret_ref) = &job.checkpoint.credentials else {
-        return Ok(None);
-    };
+    match &job.checkpoint.credentials {
+        Some(secret) => Ok(Some(read_access_keys(ctx, &job.namespace, secret).await?)),
+        None => Ok(None),
+    }
+}
+
+/// The access keys `secret_ref` names, read from its Secret in `namespace`.
+async fn read_access_keys(
+    ctx: &Context,
+    namespace: &str,
+    secret_ref: &S3CredentialsSecret,
+) -> Result<S3AccessKeys, ReconcileError> {
     let failure = |reason: String| ReconcileError::S3Credentials {
-        namespace: job.namespace.clone(),
+        namespace: namespace.to_string(),
         name: secret_ref.name.clone(),
         reason,
     };
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &job.namespace);
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let secret = secrets
         .get_opt(&secret_ref.name)
         .await
@@ -255,15 +264,15 @@ pub async fn s3_access_keys(
             .map(|bytes| String::from_utf8_lossy(&bytes.0).trim().to_string())
             .ok_or_else(|| failure(format!("has no key {key}")))
     };
-    Ok(Some(S3AccessKeys {
+    Ok(S3AccessKeys {
         access_key_id: value(&secret_ref.access_key_id_key)?,
         secret_access_key: value(&secret_ref.secret_access_key_key)?,
-    }))
+    })
 }
 
-/// A WebAssembly processor's module as it is in S3 (read with the job's checkpoint endpoint
-/// and credentials, as the workers read it): its location and what is there; `None` for any
-/// other processor.
+/// A WebAssembly processor's module as it is in S3 (read with the module's own credentials, or
+/// the job's checkpoint endpoint and credentials, as the workers read it) or in its ConfigMap:
+/// its location and what is there; `None` for any other processor.
 pub async fn wasm_module(
     ctx: &Context,
     job: &ValidatedJob,
@@ -275,7 +284,11 @@ pub async fn wasm_module(
         return Ok(Some(module_in_config_map(ctx, job, source).await?));
     }
     let location = job.checkpoint.location();
-    let client = s3_client(&location, s3_access_keys(ctx, job).await?).await;
+    let keys = match &job.module_credentials {
+        Some(secret) => Some(read_access_keys(ctx, &job.namespace, secret).await?),
+        None => s3_access_keys(ctx, job).await?,
+    };
+    let client = s3_client(&location, keys).await;
     let bucket = module.bucket_or(&location.bucket);
     let found = wasm_module::look_up(&client, bucket, &module.key, &ctx.modules).await?;
     Ok(Some((module.location(Some(&location.bucket)), found)))

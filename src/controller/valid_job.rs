@@ -38,6 +38,9 @@ pub struct ValidatedJob {
     /// The ConfigMap key a WebAssembly processor's module is read from, mounted into the pods
     /// (`processor`'s module then names the mounted file).
     pub module_config_map: Option<ModuleConfigMap>,
+    /// The Secret with a WebAssembly processor's module's own S3 access keys, mounted into the
+    /// pods (`processor`'s module then names the directory).
+    pub module_credentials: Option<S3CredentialsSecret>,
 }
 
 /// A ConfigMap key holding a WebAssembly component.

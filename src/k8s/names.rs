@@ -27,6 +27,8 @@ pub const S3_SECRET_ACCESS_KEY_FILE: &str = "secretAccessKey";
 pub const WASM_MODULE_DIR: &str = "/etc/streamkeeper/module";
 pub const WASM_MODULE_FILE_NAME: &str = "module.wasm";
 pub const WASM_MODULE_FILE: &str = "/etc/streamkeeper/module/module.wasm";
+/// Where a WebAssembly processor's module's own S3 access keys are mounted.
+pub const WASM_MODULE_S3_DIR: &str = "/etc/streamkeeper/module-s3";
 
 pub const KAFKA_TLS_DIR: &str = "/etc/streamkeeper/kafka/tls";
 pub const KAFKA_TLS_CA_FILE: &str = "ca.crt";

@@ -89,6 +89,7 @@ async fn run(input: &str, partitions: i32, variant: &Variant) -> Run {
                     bucket: None,
                     key,
                     file: None,
+                    credentials_dir: None,
                     sha256,
                 },
                 config: serde_json::Value::Null,

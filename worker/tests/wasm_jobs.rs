@@ -83,6 +83,7 @@ async fn upload(job: &Job, name: &str, bytes: Vec<u8>) -> WasmModuleSource {
         bucket: None,
         key,
         file: None,
+        credentials_dir: None,
         sha256,
     }
 }

@@ -81,12 +81,15 @@ pub fn wasm_reads_state_of(module: &WasmModuleSource, digests: &[String]) -> Res
 pub fn wasm(module: &WasmModuleSource, limits: &WasmLimitsConfig) -> Result<(), Violation> {
     match (module.key.trim().is_empty(), &module.file) {
         (false, None) => {}
-        (true, Some(file)) if !file.trim().is_empty() && module.bucket.is_none() => {}
+        (true, Some(file))
+            if !file.trim().is_empty()
+                && module.bucket.is_none()
+                && module.credentials_dir.is_none() => {}
         (true, None) => return Err(violation(Field::WasmModuleKey, "must not be empty")),
         _ => {
             return Err(violation(
                 Field::WasmModuleKey,
-                "the module is an S3 object (key, bucket) or a file (a ConfigMap's), not both",
+                "the module is an S3 object (key, bucket, credentials) or a file (a ConfigMap's), not both",
             ));
         }
     }

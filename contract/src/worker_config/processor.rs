@@ -97,6 +97,10 @@ pub struct WasmModuleSource {
     /// A file in the pod holding the component (a mounted ConfigMap), instead of an S3 object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
+    /// A directory holding the S3 object's own access keys (`accessKeyId`, `secretAccessKey`, as
+    /// `checkpoint.s3.credentialsDir`); the checkpoint's when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_dir: Option<String>,
     /// The component's SHA-256, 64 lowercase hex digits: the worker runs those bytes or none.
     pub sha256: String,
 }

@@ -4,7 +4,7 @@
 //! scheduling overrides merged with an anti-affinity that spreads the job's pods over nodes,
 //! and a spread of them over zones.
 
-use crate::api::PullPolicy;
+use crate::api::{PullPolicy, S3CredentialsSecret};
 use crate::controller::valid_job::{RestorePoint, ValidatedJob};
 use crate::k8s::labels;
 use crate::k8s::names;
@@ -31,6 +31,7 @@ const CONFIG_VOLUME: &str = "config";
 const TMP_VOLUME: &str = "tmp";
 const S3_VOLUME: &str = "s3-credentials";
 const WASM_MODULE_VOLUME: &str = "wasm-module";
+const WASM_MODULE_S3_VOLUME: &str = "wasm-module-s3";
 const KAFKA_TLS_VOLUME: &str = "kafka-tls";
 const KAFKA_SASL_VOLUME: &str = "kafka-sasl";
 const WORKER_TOKEN_VOLUME: &str = "worker-token";
@@ -248,6 +249,13 @@ fn volume_mounts(job: &ValidatedJob) -> Vec<VolumeMount> {
     if job.module_config_map.is_some() {
         mounts.push(mount(WASM_MODULE_VOLUME, names::WASM_MODULE_DIR, true));
     }
+    if job.module_credentials.is_some() {
+        mounts.push(mount(
+            WASM_MODULE_S3_VOLUME,
+            names::WASM_MODULE_S3_DIR,
+            true,
+        ));
+    }
     if job.checkpoint.credentials.is_some() {
         mounts.push(mount(S3_VOLUME, names::S3_CREDENTIALS_DIR, true));
     }
@@ -258,6 +266,21 @@ fn volume_mounts(job: &ValidatedJob) -> Vec<VolumeMount> {
         mounts.push(mount(KAFKA_SASL_VOLUME, names::KAFKA_SASL_DIR, true));
     }
     mounts
+}
+
+/// S3 access keys from `secret`, as the files the worker reads them from.
+fn s3_keys_volume(name: &str, secret: &S3CredentialsSecret) -> Volume {
+    secret_volume(
+        name,
+        &secret.name,
+        vec![
+            key_to_path(&secret.access_key_id_key, names::S3_ACCESS_KEY_ID_FILE),
+            key_to_path(
+                &secret.secret_access_key_key,
+                names::S3_SECRET_ACCESS_KEY_FILE,
+            ),
+        ],
+    )
 }
 
 fn key_to_path(key: &str, path: &str) -> KeyToPath {
@@ -319,18 +342,11 @@ fn volumes(job: &ValidatedJob) -> Vec<Volume> {
             ..Volume::default()
         });
     }
+    if let Some(secret) = &job.module_credentials {
+        volumes.push(s3_keys_volume(WASM_MODULE_S3_VOLUME, secret));
+    }
     if let Some(secret) = &job.checkpoint.credentials {
-        volumes.push(secret_volume(
-            S3_VOLUME,
-            &secret.name,
-            vec![
-                key_to_path(&secret.access_key_id_key, names::S3_ACCESS_KEY_ID_FILE),
-                key_to_path(
-                    &secret.secret_access_key_key,
-                    names::S3_SECRET_ACCESS_KEY_FILE,
-                ),
-            ],
-        ));
+        volumes.push(s3_keys_volume(S3_VOLUME, secret));
     }
     let tls_sources = kafka_tls_sources(job);
     if !tls_sources.is_empty() {

@@ -475,3 +475,48 @@ fn a_module_from_a_config_map_is_mounted_where_the_worker_config_names_it() {
     assert_eq!(module.file.as_deref(), Some(names::WASM_MODULE_FILE));
     assert!(module.key.is_empty());
 }
+
+#[test]
+fn a_modules_own_access_keys_are_mounted_where_the_worker_config_names_them() {
+    let job = test_support::validated_with(|job| {
+        job.spec.processor = serde_json::from_value(serde_json::json!({
+            "type": "wasm",
+            "keyField": "card",
+            "wasm": {"module": {
+                "key": "guests/velocity.wasm",
+                "credentialsSecret": {"name": "guest-reader", "accessKeyIdKey": "id", "secretAccessKeyKey": "secret"},
+                "sha256": "a".repeat(64),
+            }},
+        }))
+        .unwrap();
+    });
+    let spec = pod_spec(&job);
+    let volume = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "wasm-module-s3")
+        .unwrap()
+        .clone();
+    assert_eq!(volume["secret"]["secretName"], "guest-reader");
+    assert_eq!(
+        volume["secret"]["items"],
+        yaml("[{key: id, path: accessKeyId}, {key: secret, path: secretAccessKey}]")
+    );
+    let mounts = worker(&job)["volumeMounts"].clone();
+    assert!(
+        mounts.as_array().unwrap().contains(&yaml(
+            "{name: wasm-module-s3, mountPath: /etc/streamkeeper/module-s3, readOnly: true}"
+        )),
+        "{mounts}"
+    );
+    let streamkeeper_contract::worker_config::ProcessorKind::Wasm { module, .. } =
+        &job.processor.kind
+    else {
+        panic!("a wasm processor");
+    };
+    assert_eq!(
+        module.credentials_dir.as_deref(),
+        Some(names::WASM_MODULE_S3_DIR)
+    );
+}

@@ -128,6 +128,11 @@ pub fn validate(
                 name: source.name.clone(),
                 key: source.key.clone(),
             }),
+        module_credentials: spec
+            .processor
+            .wasm
+            .as_ref()
+            .and_then(|wasm| wasm.module.credentials_secret.clone()),
         namespace,
         name,
         cluster: identity.cluster,

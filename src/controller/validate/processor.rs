@@ -109,6 +109,12 @@ pub(super) fn config(
                 field: "spec.processor.wasm".into(),
                 why: "spec.processor.type is wasm",
             })?;
+            if let Some(secret) = &wasm.module.credentials_secret {
+                super::rules::credentials_secret(
+                    "spec.processor.wasm.module.credentialsSecret",
+                    secret,
+                )?;
+            }
             wasm_kind(wasm)
         }
     };
@@ -133,6 +139,11 @@ fn wasm_kind(spec: &WasmSpec) -> ProcessorKind {
                 .config_map
                 .as_ref()
                 .map(|_| names::WASM_MODULE_FILE.to_string()),
+            credentials_dir: spec
+                .module
+                .credentials_secret
+                .as_ref()
+                .map(|_| names::WASM_MODULE_S3_DIR.to_string()),
             sha256: spec.module.sha256.clone(),
         },
         config: spec

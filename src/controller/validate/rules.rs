@@ -8,7 +8,8 @@ use super::{
     Workers, quantity_to_bytes,
 };
 use crate::api::{
-    CheckpointSpec, Compression, RestoreSpec, StateSpec, StatefulStreamJob, StatefulStreamJobSpec,
+    CheckpointSpec, Compression, RestoreSpec, S3CredentialsSecret, StateSpec, StatefulStreamJob,
+    StatefulStreamJobSpec,
 };
 use crate::controller::build;
 use crate::k8s::labels;
@@ -175,27 +176,7 @@ pub(super) fn checkpoint(spec: &CheckpointSpec) -> Result<CheckpointSettings, In
         "S3 signs requests with it",
     )?;
     if let Some(secret) = &s3.credentials_secret {
-        non_empty(
-            "spec.checkpoint.s3.credentialsSecret.name",
-            Some(secret.name.as_str()),
-            "the Secret",
-        )?;
-        non_empty(
-            "spec.checkpoint.s3.credentialsSecret.accessKeyIdKey",
-            Some(secret.access_key_id_key.as_str()),
-            "a key of the Secret",
-        )?;
-        non_empty(
-            "spec.checkpoint.s3.credentialsSecret.secretAccessKeyKey",
-            Some(secret.secret_access_key_key.as_str()),
-            "a key of the Secret",
-        )?;
-        if secret.access_key_id_key == secret.secret_access_key_key {
-            return Err(InvalidSpec::rule(
-                "spec.checkpoint.s3.credentialsSecret.secretAccessKeyKey",
-                "is the same key as accessKeyIdKey",
-            ));
-        }
+        credentials_secret("spec.checkpoint.s3.credentialsSecret", secret)?;
     }
     Ok(CheckpointSettings {
         interval,
@@ -207,6 +188,35 @@ pub(super) fn checkpoint(spec: &CheckpointSpec) -> Result<CheckpointSettings, In
         path_style: s3.path_style,
         credentials: s3.credentials_secret.clone(),
     })
+}
+
+/// A Secret of S3 access keys at `path`: named, with two different keys.
+pub(super) fn credentials_secret(
+    path: &str,
+    secret: &S3CredentialsSecret,
+) -> Result<(), InvalidSpec> {
+    non_empty(
+        &format!("{path}.name"),
+        Some(secret.name.as_str()),
+        "the Secret",
+    )?;
+    non_empty(
+        &format!("{path}.accessKeyIdKey"),
+        Some(secret.access_key_id_key.as_str()),
+        "a key of the Secret",
+    )?;
+    non_empty(
+        &format!("{path}.secretAccessKeyKey"),
+        Some(secret.secret_access_key_key.as_str()),
+        "a key of the Secret",
+    )?;
+    if secret.access_key_id_key == secret.secret_access_key_key {
+        return Err(InvalidSpec::rule(
+            format!("{path}.secretAccessKeyKey"),
+            "is the same key as accessKeyIdKey",
+        ));
+    }
+    Ok(())
 }
 
 pub(super) fn restore(spec: &RestoreSpec) -> Result<RestoreRequest, InvalidSpec> {

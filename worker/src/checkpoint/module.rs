@@ -78,6 +78,11 @@ pub async fn fetch(
     })?;
     let config = S3Config {
         bucket: source.bucket_or(&s3.bucket).to_string(),
+        credentials_dir: source
+            .credentials_dir
+            .as_ref()
+            .map(PathBuf::from)
+            .or_else(|| s3.credentials_dir.clone()),
         ..s3.clone()
     };
     let fetched = async {
@@ -135,6 +140,7 @@ mod tests {
             bucket: None,
             key: "guests/velocity.wasm".into(),
             file: None,
+            credentials_dir: None,
             sha256: sha256.into(),
         }
     }

@@ -136,6 +136,7 @@ mod tests {
                     bucket: None,
                     key: key.into(),
                     file: None,
+                    credentials_dir: None,
                     sha256: sha256.into(),
                 },
                 config: json!({"maxTransactions": 3}),
