@@ -18,12 +18,8 @@
 mod support;
 
 use serde_json::json;
-use std::time::{Duration, Instant};
-use streamkeeper_contract::module_digest::ModuleDigest;
-use streamkeeper_contract::worker_config::{
-    ProcessorConfig, ProcessorKind, WasmLimitsConfig, WasmModuleSource,
-};
-use streamkeeper_worker::checkpoint::s3::S3Storage;
+use std::time::Duration;
+use streamkeeper_contract::worker_config::{ProcessorConfig, ProcessorKind, WasmLimitsConfig};
 use support::Job;
 use support::rates::{sample_commits, steady_rate};
 
@@ -32,20 +28,6 @@ fn setting(name: &str, default: u32) -> u32 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// The example guests, built by `examples/wasm/build.sh` (its own cache).
-fn guest(name: &str) -> (Vec<u8>, String) {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let out = std::path::PathBuf::from(concat!(env!("CARGO_TARGET_TMPDIR"), "/wasm-guests"));
-    let status = std::process::Command::new(format!("{root}/examples/wasm/build.sh"))
-        .arg(&out)
-        .status()
-        .unwrap();
-    assert!(status.success(), "examples/wasm/build.sh failed");
-    let bytes = std::fs::read(out.join(format!("{name}.wasm"))).unwrap();
-    let sha256 = ModuleDigest::of(&bytes);
-    (bytes, sha256)
 }
 
 /// One way of running the count.
@@ -71,27 +53,14 @@ async fn run(input: &str, partitions: i32, variant: &Variant) -> Run {
     job.enable_checkpoints(Duration::from_secs(600), 3, None);
     let mut component_bytes = None;
     if let Some(guest) = variant.guest {
-        let (bytes, sha256) = self::guest(guest);
+        let bytes = support::wasm::guest_bytes(guest);
         component_bytes = Some(bytes.len());
-        let s3 = job.config.checkpoint.s3.clone().unwrap();
-        let key = format!("{}/guests/{guest}.wasm", s3.prefix);
-        S3Storage::connect(&s3)
-            .await
-            .unwrap()
-            .put_if_absent(&key, bytes)
-            .await
-            .unwrap();
+        let module = support::wasm::upload(&job, guest, bytes).await;
         job.config.processor = ProcessorConfig {
             key_field: "card".into(),
             time_field: None,
             kind: ProcessorKind::Wasm {
-                module: WasmModuleSource {
-                    bucket: None,
-                    key,
-                    file: None,
-                    credentials_dir: None,
-                    sha256,
-                },
+                module,
                 config: serde_json::Value::Null,
                 limits: WasmLimitsConfig::default(),
                 reads_state_of: Vec::new(),
@@ -120,14 +89,7 @@ fn main() {
 
     let input = support::unique_name("bench-wasm-input");
     runtime.block_on(support::create_topic(&input, partitions, false));
-    println!("producing {records} records over {keys} keys into {partitions} partitions");
-    let produce_started = Instant::now();
-    support::produce(
-        &input,
-        partitions,
-        (0..records).map(|i| support::card_event(i, keys)),
-    );
-    let produce_rate = f64::from(records) / produce_started.elapsed().as_secs_f64();
+    let produce_rate = support::rates::produce_card_events(&input, partitions, records, keys);
 
     let variants = [
         Variant {

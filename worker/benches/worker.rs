@@ -162,14 +162,7 @@ fn main() {
     // The worker's defaults (100 ms or 10,000 records), not the tests' tighter cadence.
     job.config.kafka.commit_max_records = 10_000;
 
-    println!("producing {records} records over {keys} keys into {partitions} partitions");
-    let produce_started = Instant::now();
-    support::produce(
-        &input,
-        partitions,
-        (0..records).map(|i| support::card_event(i, keys)),
-    );
-    let produce_rate = f64::from(records) / produce_started.elapsed().as_secs_f64();
+    let produce_rate = support::rates::produce_card_events(&input, partitions, records, keys);
 
     println!("throughput: aggregate (hourly windows), exactly-once, changelog on");
     let mut worker = job.start(None);

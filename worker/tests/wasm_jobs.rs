@@ -20,16 +20,14 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::time::Duration;
-use streamkeeper_contract::module_digest::ModuleDigest;
 use streamkeeper_contract::task_report::{TaskPhase, TaskRole};
 use streamkeeper_contract::worker_config::{
     ProcessorConfig, ProcessorKind, RocksDbTuning, WasmLimitsConfig, WasmModuleSource,
 };
-use streamkeeper_worker::checkpoint::s3::S3Storage;
 use streamkeeper_worker::store::{OpenOutcome, RocksStore, StateStore};
 use support::standby::*;
+use support::wasm::{guest_bytes, upload};
 use support::*;
 
 const PARTITIONS: i32 = 2;
@@ -37,23 +35,6 @@ const CARDS: u32 = 50;
 const MAX_TRANSACTIONS: u64 = 3;
 /// One minute, and [`card_event`]s are 10 ms apart: a card's recent transactions vary.
 const WINDOW_MS: i64 = 60_000;
-/// The guest `name`'s component (`python-velocity`, `c-velocity`); the guests are built once
-/// per test binary.
-fn guest_bytes(name: &str) -> Vec<u8> {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    let dir = BUILT.get_or_init(|| {
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-        let out = PathBuf::from(concat!(env!("CARGO_TARGET_TMPDIR"), "/wasm-guests"));
-        let status = std::process::Command::new(format!("{root}/examples/wasm/build.sh"))
-            .arg(&out)
-            .status()
-            .unwrap();
-        assert!(status.success(), "examples/wasm/build.sh failed");
-        out
-    });
-    std::fs::read(dir.join(format!("{name}.wasm"))).unwrap()
-}
-
 /// The same component with a custom section appended: the same logic, other bytes, another
 /// digest (what a rebuild of a bug fix looks like to the worker).
 fn rebuilt(component: &[u8]) -> Vec<u8> {
@@ -66,26 +47,6 @@ fn rebuilt(component: &[u8]) -> Vec<u8> {
     bytes.extend(name);
     bytes.extend(payload);
     bytes
-}
-
-/// Uploads `bytes` to the test bucket; the module source pinning them.
-async fn upload(job: &Job, name: &str, bytes: Vec<u8>) -> WasmModuleSource {
-    let s3 = job.config.checkpoint.s3.clone().expect("checkpoints on");
-    let key = format!("{}/guests/{name}.wasm", s3.prefix);
-    let sha256 = ModuleDigest::of(&bytes);
-    S3Storage::connect(&s3)
-        .await
-        .unwrap()
-        .put_if_absent(&key, bytes)
-        .await
-        .unwrap();
-    WasmModuleSource {
-        bucket: None,
-        key,
-        file: None,
-        credentials_dir: None,
-        sha256,
-    }
 }
 
 fn velocity(module: WasmModuleSource, reads_state_of: Vec<String>) -> ProcessorConfig {

@@ -30,6 +30,7 @@ pub mod join;
 pub mod rates;
 pub mod standby;
 pub mod topics;
+pub mod wasm;
 
 pub use topics::*;
 

@@ -8,6 +8,19 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::time::{Duration, Instant};
 
+/// Produces `records` card events over `keys` keys into `input`, printing what it does; the
+/// records produced per second.
+pub fn produce_card_events(input: &str, partitions: i32, records: u32, keys: u32) -> f64 {
+    println!("producing {records} records over {keys} keys into {partitions} partitions");
+    let started = Instant::now();
+    super::produce(
+        input,
+        partitions,
+        (0..records).map(|i| super::card_event(i, keys)),
+    );
+    f64::from(records) / started.elapsed().as_secs_f64()
+}
+
 /// Committed input progress sampled until everything is committed: (seconds, records). One
 /// consumer asks for the job group's offsets again and again (a new one per sample would spend
 /// most of each sample finding the group coordinator), and a sample is timed at the middle of
