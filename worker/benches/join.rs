@@ -23,13 +23,6 @@ use support::join::{base_time, card_table_join, produce_raw_placed_by};
 use support::rates::{sample_commits, sample_commits_in, steady_rate};
 use support::{Job, create_topic, unique_name};
 
-fn setting(name: &str, default: u32) -> u32 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn count() -> ProcessorConfig {
     ProcessorConfig {
         key_field: "card".into(),
@@ -135,9 +128,9 @@ fn run_re_keyed(job: &Job, records: u32) -> Run {
 }
 
 fn main() {
-    let records = setting("SK_BENCH_JOIN_RECORDS", 1_000_000);
-    let keys = setting("SK_BENCH_JOIN_KEYS", 100_000);
-    let partitions = setting("SK_BENCH_PARTITIONS", 4) as i32;
+    let records = support::rates::setting("SK_BENCH_JOIN_RECORDS", 1_000_000);
+    let keys = support::rates::setting("SK_BENCH_JOIN_KEYS", 100_000);
+    let partitions = support::rates::setting("SK_BENCH_PARTITIONS", 4) as i32;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let transactions = unique_name("bench-transactions");

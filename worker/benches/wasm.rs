@@ -23,13 +23,6 @@ use streamkeeper_contract::worker_config::{ProcessorConfig, ProcessorKind, WasmL
 use support::Job;
 use support::rates::{sample_commits, steady_rate};
 
-fn setting(name: &str, default: u32) -> u32 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// One way of running the count.
 struct Variant {
     name: &'static str,
@@ -80,10 +73,10 @@ async fn run(input: &str, partitions: i32, variant: &Variant) -> Run {
 }
 
 fn main() {
-    let records = setting("SK_BENCH_RECORDS", 400_000);
-    let python_records = setting("SK_BENCH_PYTHON_RECORDS", 40_000).min(records);
-    let keys = setting("SK_BENCH_KEYS", 10_000);
-    let partitions = setting("SK_BENCH_PARTITIONS", 4) as i32;
+    let records = support::rates::setting("SK_BENCH_RECORDS", 400_000);
+    let python_records = support::rates::setting("SK_BENCH_PYTHON_RECORDS", 40_000).min(records);
+    let keys = support::rates::setting("SK_BENCH_KEYS", 10_000);
+    let partitions = support::rates::setting("SK_BENCH_PARTITIONS", 4) as i32;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let runtime = tokio::runtime::Runtime::new().unwrap();
 

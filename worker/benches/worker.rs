@@ -27,13 +27,6 @@ use support::rates::{sample_commits, steady_rate};
 
 const MB: f64 = 1024.0 * 1024.0;
 
-fn setting(name: &str, default: u32) -> u32 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn hourly_aggregate() -> ProcessorConfig {
     ProcessorConfig {
         key_field: "card".into(),
@@ -150,9 +143,9 @@ fn raw_read(topic: &str, partitions: i32) -> Restore {
 }
 
 fn main() {
-    let records = setting("SK_BENCH_RECORDS", 2_000_000);
-    let keys = setting("SK_BENCH_KEYS", 100_000);
-    let partitions = setting("SK_BENCH_PARTITIONS", 4) as i32;
+    let records = support::rates::setting("SK_BENCH_RECORDS", 2_000_000);
+    let keys = support::rates::setting("SK_BENCH_KEYS", 100_000);
+    let partitions = support::rates::setting("SK_BENCH_PARTITIONS", 4) as i32;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let runtime = tokio::runtime::Runtime::new().unwrap();
 

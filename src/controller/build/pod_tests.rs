@@ -435,88 +435,84 @@ valueFrom:
     assert_ne!(built.spec, without.spec);
 }
 
-#[test]
-fn a_module_from_a_config_map_is_mounted_where_the_worker_config_names_it() {
+/// A wasm job with `module`, and its pod's volume `volume`: the job, the volume, and whether
+/// the worker mounts it read-only at `path`.
+fn wasm_module_volume(
+    module: serde_json::Value,
+    volume: &str,
+    path: &str,
+) -> (ValidatedJob, serde_json::Value, bool) {
     let job = test_support::validated_with(|job| {
         job.spec.processor = serde_json::from_value(serde_json::json!({
             "type": "wasm",
             "keyField": "card",
-            "wasm": {"module": {
-                "configMap": {"name": "guests", "key": "velocity.wasm"},
-                "sha256": "a".repeat(64),
-            }},
+            "wasm": {"module": module},
         }))
         .unwrap();
     });
-    let spec = pod_spec(&job);
-    let volume = spec["volumes"]
+    let found = pod_spec(&job)["volumes"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|v| v["name"] == "wasm-module")
+        .find(|v| v["name"] == volume)
         .unwrap()
         .clone();
-    assert_eq!(
-        volume["configMap"],
-        yaml("{name: guests, items: [{key: velocity.wasm, path: module.wasm}]}")
-    );
-    let mounts = worker(&job)["volumeMounts"].clone();
-    assert!(
-        mounts.as_array().unwrap().contains(&yaml(
-            "{name: wasm-module, mountPath: /etc/streamkeeper/module, readOnly: true}"
-        )),
-        "{mounts}"
-    );
+    let mount = serde_json::json!({"name": volume, "mountPath": path, "readOnly": true});
+    let mounted = worker(&job)["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .contains(&mount);
+    (job, found, mounted)
+}
+
+fn wasm_module_of(job: &ValidatedJob) -> &streamkeeper_contract::worker_config::WasmModuleSource {
     let streamkeeper_contract::worker_config::ProcessorKind::Wasm { module, .. } =
         &job.processor.kind
     else {
         panic!("a wasm processor");
     };
+    module
+}
+
+#[test]
+fn a_module_from_a_config_map_is_mounted_where_the_worker_config_names_it() {
+    let (job, volume, mounted) = wasm_module_volume(
+        serde_json::json!({
+            "configMap": {"name": "guests", "key": "velocity.wasm"},
+            "sha256": "a".repeat(64),
+        }),
+        "wasm-module",
+        names::WASM_MODULE_DIR,
+    );
+    assert_eq!(
+        volume["configMap"],
+        yaml("{name: guests, items: [{key: velocity.wasm, path: module.wasm}]}")
+    );
+    assert!(mounted);
+    let module = wasm_module_of(&job);
     assert_eq!(module.file.as_deref(), Some(names::WASM_MODULE_FILE));
     assert!(module.key.is_empty());
 }
 
 #[test]
 fn a_modules_own_access_keys_are_mounted_where_the_worker_config_names_them() {
-    let job = test_support::validated_with(|job| {
-        job.spec.processor = serde_json::from_value(serde_json::json!({
-            "type": "wasm",
-            "keyField": "card",
-            "wasm": {"module": {
-                "key": "guests/velocity.wasm",
-                "credentialsSecret": {"name": "guest-reader", "accessKeyIdKey": "id", "secretAccessKeyKey": "secret"},
-                "sha256": "a".repeat(64),
-            }},
-        }))
-        .unwrap();
-    });
-    let spec = pod_spec(&job);
-    let volume = spec["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == "wasm-module-s3")
-        .unwrap()
-        .clone();
+    let (job, volume, mounted) = wasm_module_volume(
+        serde_json::json!({
+            "key": "guests/velocity.wasm",
+            "credentialsSecret": {"name": "guest-reader", "accessKeyIdKey": "id", "secretAccessKeyKey": "secret"},
+            "sha256": "a".repeat(64),
+        }),
+        "wasm-module-s3",
+        names::WASM_MODULE_S3_DIR,
+    );
     assert_eq!(volume["secret"]["secretName"], "guest-reader");
     assert_eq!(
         volume["secret"]["items"],
         yaml("[{key: id, path: accessKeyId}, {key: secret, path: secretAccessKey}]")
     );
-    let mounts = worker(&job)["volumeMounts"].clone();
-    assert!(
-        mounts.as_array().unwrap().contains(&yaml(
-            "{name: wasm-module-s3, mountPath: /etc/streamkeeper/module-s3, readOnly: true}"
-        )),
-        "{mounts}"
-    );
-    let streamkeeper_contract::worker_config::ProcessorKind::Wasm { module, .. } =
-        &job.processor.kind
-    else {
-        panic!("a wasm processor");
-    };
+    assert!(mounted);
     assert_eq!(
-        module.credentials_dir.as_deref(),
+        wasm_module_of(&job).credentials_dir.as_deref(),
         Some(names::WASM_MODULE_S3_DIR)
     );
 }

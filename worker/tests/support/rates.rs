@@ -8,6 +8,14 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::time::{Duration, Instant};
 
+/// A bench's size setting: the environment variable `name`, or `default`.
+pub fn setting(name: &str, default: u32) -> u32 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Produces `records` card events over `keys` keys into `input`, printing what it does; the
 /// records produced per second.
 pub fn produce_card_events(input: &str, partitions: i32, records: u32, keys: u32) -> f64 {
