@@ -118,10 +118,9 @@ impl WasmProcessor {
             }
             drive(bridge, state, bindings.call_process(&mut *store, &guest)).await
         };
-        // The timer is made inside the runtime, whose clock drives it.
-        let outcome = runtime.block_on(async { tokio::time::timeout(deadline, call).await });
+        let outcome = run_to_end(runtime, call, deadline);
         let data = store.data_mut();
-        let Ok(outcome) = outcome else {
+        let Some(outcome) = outcome else {
             // The call was dropped mid-way: the instance is spent, like after a trap.
             return Err(CallError::Trapped(DecodeError::GuestTimedOut {
                 millis: deadline.as_millis(),
@@ -145,6 +144,30 @@ impl WasmProcessor {
                 }
             }),
         }
+    }
+}
+
+/// Runs `call` to its end within `deadline` (`None` past it). Most calls wait on nothing but
+/// the task's state, which `drive` answers in place: they are polled once, in the runtime's
+/// context, with no timer and no `block_on`. A call that waits on something else (a WASI timer)
+/// goes on in the runtime, with the deadline counted from the call's start.
+fn run_to_end<T>(
+    runtime: &tokio::runtime::Runtime,
+    call: impl Future<Output = T>,
+    deadline: std::time::Duration,
+) -> Option<T> {
+    let started = tokio::time::Instant::now();
+    let mut call = pin!(call);
+    let first = {
+        let _context = runtime.enter();
+        call.as_mut()
+            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    };
+    match first {
+        Poll::Ready(outcome) => Some(outcome),
+        Poll::Pending => runtime
+            .block_on(async { tokio::time::timeout_at(started + deadline, call).await })
+            .ok(),
     }
 }
 
