@@ -10,6 +10,7 @@
 //! processes get its ServiceAccount's token (as a kubeconfig in `KUBECONFIG`), so an operator run
 //! as a pod talks to the apiserver with its own RBAC.
 
+mod container;
 mod launch;
 mod node;
 mod pods;

@@ -2,42 +2,20 @@
 //! probed, restarted per `restartPolicy`, stopped with SIGTERM then SIGKILL when deleted, and
 //! reported in `status`.
 
-use crate::launch::{self, ContainerPlan, HttpProbe, PodPlace, Sources};
+use crate::container::{ContainerRun, now};
+use crate::launch::{self, PodPlace, Sources};
 use crate::projection;
-use crate::status::{self, ContainerState, ContainerView, PodView};
+use crate::status::{self, PodView};
 use crate::termination::{deletion_grace_seconds, signal};
 use crate::token;
 use crate::{AgentError, Options};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
-
-struct ContainerRun {
-    plan: ContainerPlan,
-    log: PathBuf,
-    child: Option<Child>,
-    state: ContainerState,
-    last_termination: Option<ContainerState>,
-    restart_count: u32,
-    restart_at: Option<Instant>,
-    started: Instant,
-    ready: bool,
-    readiness_failures: u32,
-    liveness_failures: u32,
-    /// Whether the startup probe has succeeded (true without one): until then the readiness
-    /// and liveness probes wait, as the kubelet's do.
-    started_up: bool,
-    startup_failures: u32,
-    next_probe: Instant,
-}
 
 struct PodRun {
     namespace: String,
@@ -67,186 +45,16 @@ pub struct PodRunner {
     volumes_refreshed: Instant,
 }
 
-fn now() -> String {
-    Timestamp::now().to_string()
-}
-
-impl ContainerRun {
-    fn spawn(&mut self, pod_ip: &str) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log);
-        let spawned = log.and_then(|log| {
-            let mut command = Command::new(&self.plan.program);
-            command
-                .args(&self.plan.args)
-                .env_clear()
-                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-                .env("HOME", std::env::var_os("HOME").unwrap_or_default())
-                .env("HOSTNAME", pod_ip)
-                .envs(self.plan.env.iter().map(|(k, v)| (k, v)))
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log);
-            if let Some(dir) = &self.plan.working_dir {
-                command.current_dir(dir);
-            }
-            std::os::unix::process::CommandExt::process_group(&mut command, 0);
-            command.spawn()
-        });
-        let started_at = now();
-        match spawned {
-            Ok(child) => {
-                tracing::info!(container = %self.plan.name, pid = child.id(), program = %self.plan.program.display(), "container started");
-                self.child = Some(child);
-                self.state = ContainerState::Running { started_at };
-                self.started = Instant::now();
-                self.ready = self.plan.readiness.is_none();
-                self.readiness_failures = 0;
-                self.liveness_failures = 0;
-                self.started_up = self.plan.startup.is_none();
-                self.startup_failures = 0;
-                let delay = self
-                    .plan
-                    .readiness
-                    .as_ref()
-                    .map_or(Duration::ZERO, |p| p.timing.initial_delay);
-                self.next_probe = Instant::now() + delay;
-            }
-            Err(error) => {
-                tracing::warn!(container = %self.plan.name, %error, "container did not start");
-                self.exited(127, "StartError", started_at, error.to_string());
-            }
-        }
-    }
-
-    fn exited(&mut self, exit_code: i32, reason: &str, started_at: String, message: String) {
-        self.child = None;
-        self.ready = false;
-        self.state = ContainerState::Terminated {
-            exit_code,
-            reason: reason.into(),
-            started_at,
-            finished_at: now(),
-            message,
-        };
-    }
-
-    fn backoff(&self) -> Duration {
-        let exponent = self.restart_count.min(4);
-        Duration::from_secs(1 << exponent).min(MAX_BACKOFF)
-    }
-
-    fn view(&self) -> ContainerView {
-        ContainerView {
-            name: self.plan.name.clone(),
-            image: self.plan.image.clone(),
-            state: self.state.clone(),
-            last_termination: self.last_termination.clone(),
-            ready: self.ready,
-            restart_count: self.restart_count,
-            pid: self.child.as_ref().map(Child::id),
-        }
-    }
-}
-
-async fn probe(probe: &HttpProbe, ip: &str) -> bool {
-    crate::probe::http_get(ip, probe.timing.port, &probe.path, probe.timing.timeout).await
-}
-
 impl PodRun {
     /// Reaps exits, restarts per policy, runs due probes.
     async fn tend(&mut self) {
-        let policy = self.restart_policy.clone();
+        let terminating = self.kill_at.is_some();
         for container in &mut self.containers {
-            if let Some(child) = container.child.as_mut()
-                && let Ok(Some(exit)) = child.try_wait()
-            {
-                let code = exit.code().unwrap_or(137);
-                let started_at = match &container.state {
-                    ContainerState::Running { started_at } => started_at.clone(),
-                    _ => now(),
-                };
-                tracing::warn!(pod = %self.name, container = %container.plan.name, code, "container exited");
-                let reason = if code == 0 { "Completed" } else { "Error" };
-                let message = if code != 0 && container.plan.message_from_log {
-                    std::fs::read(&container.log)
-                        .map(|log| crate::status::log_tail(&log))
-                        .unwrap_or_default()
-                } else {
-                    String::new()
-                };
-                container.exited(code, reason, started_at, message);
-                let restarts = match policy.as_str() {
-                    "Never" => false,
-                    "OnFailure" => code != 0,
-                    _ => true,
-                };
-                if restarts && self.kill_at.is_none() {
-                    container.restart_at = Some(Instant::now() + container.backoff());
-                }
+            container.reap(&self.name, &self.restart_policy, terminating);
+            if !terminating {
+                container.restart_when_due(&self.ip);
             }
-            if container.child.is_none()
-                && self.kill_at.is_none()
-                && let Some(at) = container.restart_at
-                && Instant::now() >= at
-            {
-                container.last_termination = Some(container.state.clone());
-                container.restart_count += 1;
-                container.restart_at = None;
-                container.spawn(&self.ip);
-            }
-            if container.child.is_none() || Instant::now() < container.next_probe {
-                continue;
-            }
-            let mut period = Duration::from_secs(1);
-            if !container.started_up
-                && let Some(startup) = &container.plan.startup
-            {
-                if probe(startup, &self.ip).await {
-                    container.started_up = true;
-                } else {
-                    container.startup_failures += 1;
-                    if container.startup_failures >= startup.timing.failure_threshold
-                        && let Some(child) = &container.child
-                    {
-                        tracing::warn!(pod = %self.name, container = %container.plan.name, "startup probe failed; killing");
-                        signal(child, "-KILL");
-                    }
-                    container.next_probe = Instant::now() + startup.timing.period;
-                    continue;
-                }
-            }
-            if let Some(readiness) = &container.plan.readiness {
-                period = readiness.timing.period;
-                if probe(readiness, &self.ip).await {
-                    container.ready = true;
-                    container.readiness_failures = 0;
-                } else {
-                    container.readiness_failures += 1;
-                    if container.readiness_failures >= readiness.timing.failure_threshold {
-                        container.ready = false;
-                    }
-                }
-            }
-            if let Some(liveness) = &container.plan.liveness
-                && container.started.elapsed() >= liveness.timing.initial_delay
-            {
-                period = period.min(liveness.timing.period);
-                if probe(liveness, &self.ip).await {
-                    container.liveness_failures = 0;
-                } else {
-                    container.liveness_failures += 1;
-                    if container.liveness_failures >= liveness.timing.failure_threshold
-                        && let Some(child) = &container.child
-                    {
-                        tracing::warn!(pod = %self.name, container = %container.plan.name, "liveness probe failed; killing");
-                        signal(child, "-KILL");
-                    }
-                }
-            }
-            container.next_probe = Instant::now() + period;
+            container.probe_when_due(&self.name, &self.ip).await;
         }
     }
 
@@ -419,25 +227,7 @@ impl PodRunner {
             containers: plan
                 .containers
                 .into_iter()
-                .map(|plan| ContainerRun {
-                    log: logs.join(format!("{}.log", plan.name)),
-                    plan,
-                    child: None,
-                    state: ContainerState::Waiting {
-                        reason: "ContainerCreating".into(),
-                        message: String::new(),
-                    },
-                    last_termination: None,
-                    restart_count: 0,
-                    restart_at: None,
-                    started: Instant::now(),
-                    ready: false,
-                    readiness_failures: 0,
-                    liveness_failures: 0,
-                    started_up: false,
-                    startup_failures: 0,
-                    next_probe: Instant::now(),
-                })
+                .map(|plan| ContainerRun::new(logs.join(format!("{}.log", plan.name)), plan))
                 .collect(),
             kill_at: None,
             reported: None,
