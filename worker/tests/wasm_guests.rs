@@ -15,9 +15,9 @@
 //! And each count guest emits exactly what the built-in count processor emits.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
+mod support;
+
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use streamkeeper_worker::processor::wasm::{WasmError, WasmLimits, WasmModule};
 use streamkeeper_worker::processor::{CountProcessor, MemoryState, Pipeline, RecordDecoder};
@@ -27,23 +27,6 @@ const VELOCITY_GUESTS: [&str; 2] = ["python-velocity", "c-velocity"];
 /// The count processor's guests.
 const COUNT_GUESTS: [&str; 2] = ["python-count", "c-count"];
 
-/// The guests, built once per test binary into the target dir (build.sh rebuilds a guest only
-/// when its inputs changed).
-fn guest(name: &str) -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    let dir = BUILT.get_or_init(|| {
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-        let out = PathBuf::from(concat!(env!("CARGO_TARGET_TMPDIR"), "/wasm-guests"));
-        let status = Command::new(format!("{root}/examples/wasm/build.sh"))
-            .arg(&out)
-            .status()
-            .unwrap();
-        assert!(status.success(), "examples/wasm/build.sh failed");
-        out
-    });
-    dir.join(format!("{name}.wasm"))
-}
-
 /// A guest's compiled module, compiled once per test binary (each guest on its own, so tests
 /// compiling different guests do not wait on each other).
 fn module(name: &'static str) -> Arc<WasmModule> {
@@ -51,7 +34,7 @@ fn module(name: &'static str) -> Arc<WasmModule> {
     static MODULES: LazyLock<Mutex<HashMap<&'static str, Cell>>> = LazyLock::new(Default::default);
     let cell = MODULES.lock().unwrap().entry(name).or_default().clone();
     cell.get_or_init(|| {
-        let bytes = std::fs::read(guest(name)).unwrap();
+        let bytes = support::wasm::guest_bytes(name);
         Arc::new(WasmModule::compile(&bytes).unwrap())
     })
     .clone()

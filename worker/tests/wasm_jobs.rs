@@ -243,10 +243,10 @@ async fn a_new_module_goes_on_from_the_old_ones_state_only_when_the_job_declares
     let listen = format!("127.0.0.1:{}", free_port());
     let mut worker = job.start_listening(&listen);
     wait_for("both tasks stop", Duration::from_secs(60), || {
-        let reports = worker_reports(&listen);
+        let reports = active_reports(&listen);
         reports.len() == PARTITIONS as usize && reports.iter().all(|r| r.phase == TaskPhase::Failed)
     });
-    let reason = worker_reports(&listen)[0]
+    let reason = active_reports(&listen)[0]
         .reason
         .clone()
         .unwrap_or_default();
@@ -299,6 +299,14 @@ fn in_step(active: &Pod, standby: &Pod, task: u32) -> bool {
         && standby.next_changelog_offset == active.next_changelog_offset
 }
 
+/// The reports of the active tasks of the worker listening on `address`.
+fn active_reports(address: &str) -> Vec<streamkeeper_contract::TaskReport> {
+    reports_at(address)
+        .into_iter()
+        .filter(|r| r.role == TaskRole::Active)
+        .collect()
+}
+
 /// Each pod's reports and log tail, for a failed wait.
 fn pods_story(pods: &[&Pod]) -> String {
     pods.iter()
@@ -312,23 +320,6 @@ fn pods_story(pods: &[&Pod]) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n\n")
-}
-
-/// The task reports of the worker listening on `address`.
-fn worker_reports(address: &str) -> Vec<streamkeeper_contract::TaskReport> {
-    http_get(address, "/v1/tasks")
-        .filter(|(status, _)| *status == 200)
-        .and_then(|(_, body)| {
-            <streamkeeper_contract::TaskReportsDocument as streamkeeper_contract::Versioned>::from_json(
-                body.as_bytes(),
-            )
-            .ok()
-        })
-        .map(|document| document.tasks)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|r| r.role == TaskRole::Active)
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -50,11 +50,7 @@ impl Pod {
 
     /// The pod's task reports; empty while it does not answer.
     pub fn reports(&self) -> Vec<TaskReport> {
-        super::http_get(&self.address, "/v1/tasks")
-            .filter(|(status, _)| *status == 200)
-            .and_then(|(_, body)| TaskReportsDocument::from_json(body.as_bytes()).ok())
-            .map(|document| document.tasks)
-            .unwrap_or_default()
+        reports_at(&self.address)
     }
 
     pub fn report(&self, task: u32) -> Option<TaskReport> {
@@ -77,6 +73,15 @@ fn spawn(job: &mut Job, name: &str, replicas: u32, state: &Path, address: &str) 
     let worker = job.spawn_with(state, None, Some(address));
     job.env = kept;
     worker
+}
+
+/// The task reports of the worker listening on `address`; empty while it does not answer.
+pub fn reports_at(address: &str) -> Vec<TaskReport> {
+    super::http_get(address, "/v1/tasks")
+        .filter(|(status, _)| *status == 200)
+        .and_then(|(_, body)| TaskReportsDocument::from_json(body.as_bytes()).ok())
+        .map(|document| document.tasks)
+        .unwrap_or_default()
 }
 
 /// One task's place in a document: its active pod and standbys.

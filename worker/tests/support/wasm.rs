@@ -10,6 +10,11 @@ use streamkeeper_worker::checkpoint::s3::S3Storage;
 
 /// The guest `name`'s component (`python-velocity`, `c-count`, …).
 pub fn guest_bytes(name: &str) -> Vec<u8> {
+    std::fs::read(guest_path(name)).unwrap()
+}
+
+/// Where the guest `name`'s component is.
+fn guest_path(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
@@ -21,7 +26,7 @@ pub fn guest_bytes(name: &str) -> Vec<u8> {
         assert!(status.success(), "examples/wasm/build.sh failed");
         out
     });
-    std::fs::read(dir.join(format!("{name}.wasm"))).unwrap()
+    dir.join(format!("{name}.wasm"))
 }
 
 /// Uploads `bytes` under `job`'s checkpoint prefix in the test bucket; the module source
