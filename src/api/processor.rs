@@ -131,9 +131,8 @@ pub struct WasmModuleConfigMap {
 #[serde(rename_all = "camelCase")]
 pub struct WasmLimitsSpec {
     /// Fuel (about one per WebAssembly instruction) a record may burn; past it the record is
-    /// dead-lettered `guest_out_of_fuel` (default 100000000). It also bounds the record's
-    /// wall-clock time (1 s plus 10 ns per unit; past it `guest_timed_out`), for a guest that
-    /// waits.
+    /// dead-lettered `guest_out_of_fuel` (default 100000000). Nothing a guest calls waits (its
+    /// clock stands still, so a sleep is over at once): fuel alone bounds a record's time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10_000_000_000u64))]
     pub fuel_per_record: Option<u64>,

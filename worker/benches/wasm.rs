@@ -8,8 +8,10 @@
 //!
 //! Each is a fresh job on the same input topic. The rate is measured on committed input offsets
 //! between 10 % and 95 % of what the run processes, so start-up (a guest's fetch and compile)
-//! and the tail do not count. The Python guest runs over the first `SK_BENCH_PYTHON_RECORDS` of
-//! the input (default 40,000): it is that much slower. Figures are printed, with the ratios to
+//! and the tail do not count. Before them, the cost of the processor call alone: native and the
+//! compiled guest over the same records in process, against an in-memory state (no Kafka, no
+//! RocksDB), in nanoseconds per record. The Python guest runs over the first `SK_BENCH_PYTHON_RECORDS` of
+//! the input (default 100,000): it is that much slower. Figures are printed, with the ratios to
 //! native, and written to `bench-results/wasm.json`. Sizes: `SK_BENCH_RECORDS` (default
 //! 400,000), `SK_BENCH_KEYS`, `SK_BENCH_PARTITIONS`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -18,8 +20,13 @@
 mod support;
 
 use serde_json::json;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use streamkeeper_contract::worker_config::{ProcessorConfig, ProcessorKind, WasmLimitsConfig};
+use streamkeeper_worker::processor::wasm::{WasmLimits, WasmModule};
+use streamkeeper_worker::processor::{
+    CountProcessor, InputRecord, KafkaMeta, MemoryState, Processor, Side,
+};
 use support::Job;
 use support::rates::{sample_commits, steady_rate};
 
@@ -64,20 +71,72 @@ async fn run(input: &str, partitions: i32, variant: &Variant) -> Run {
     let mut worker = job.start(None);
     let samples = sample_commits(&job, &mut worker, u64::from(variant.records));
     worker.terminate(Duration::from_secs(60));
+    let steady = steady_rate(&samples, u64::from(variant.records), 0.10, 0.95);
+    println!("{}: {steady:.0} records/s steady", variant.name);
     Run {
-        steady: steady_rate(&samples, u64::from(variant.records), 0.10, 0.95),
+        steady,
         total_seconds: samples.last().map_or(0.0, |s| s.0),
         records: variant.records,
         component_bytes,
     }
 }
 
+/// Nanoseconds per record of `processor` over `records`, from an empty in-memory state: the
+/// best of three passes.
+fn ns_per_record(processor: &dyn Processor, records: &[InputRecord<'_>]) -> f64 {
+    (0..3)
+        .map(|_| {
+            let mut state = MemoryState::new();
+            let started = Instant::now();
+            for record in records {
+                std::hint::black_box(processor.process(record, &mut state).unwrap());
+            }
+            started.elapsed().as_secs_f64() * 1e9 / records.len() as f64
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// The call alone, in process: (native, compiled guest) nanoseconds per record.
+fn in_process(records: u32, keys: u32) -> (f64, f64) {
+    let events: Vec<(String, String)> =
+        (0..records).map(|i| support::card_event(i, keys)).collect();
+    let inputs: Vec<InputRecord<'_>> = events
+        .iter()
+        .enumerate()
+        .map(|(offset, (key, value))| InputRecord {
+            side: Side::Left,
+            key: key.clone(),
+            value: serde_json::from_str(value).unwrap(),
+            raw: value.as_bytes(),
+            tombstone: false,
+            partition: 0,
+            offset: offset as i64,
+            event_time_ms: None,
+            kafka: KafkaMeta {
+                key: Some(key.as_bytes()),
+                headers: &[],
+                timestamp_ms: None,
+            },
+        })
+        .collect();
+    let module = Arc::new(WasmModule::compile(&support::wasm::guest_bytes("c-count")).unwrap());
+    let guest = module.processor("null", WasmLimits::default()).unwrap();
+    let native = ns_per_record(&CountProcessor, &inputs);
+    let compiled = ns_per_record(&guest, &inputs);
+    println!(
+        "in process, the call alone: native {native:.0} ns/record, compiled guest {compiled:.0} ns/record (+{:.0} ns)",
+        compiled - native
+    );
+    (native, compiled)
+}
+
 fn main() {
     let records = support::rates::setting("SK_BENCH_RECORDS", 400_000);
-    let python_records = support::rates::setting("SK_BENCH_PYTHON_RECORDS", 40_000).min(records);
+    let python_records = support::rates::setting("SK_BENCH_PYTHON_RECORDS", 100_000).min(records);
     let keys = support::rates::setting("SK_BENCH_KEYS", 10_000);
     let partitions = support::rates::setting("SK_BENCH_PARTITIONS", 4) as i32;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (native_ns, compiled_ns) = in_process(records.min(200_000), keys);
     let runtime = tokio::runtime::Runtime::new().unwrap();
 
     let input = support::unique_name("bench-wasm-input");
@@ -112,6 +171,7 @@ fn main() {
         "input": { "records": records, "keys": keys, "partitions": partitions,
                    "produce_records_per_second": produce_rate.round() },
         "logic": "count per key, exactly-once, changelog on",
+        "in_process_ns_per_record": { "native": native_ns.round(), "compiled_guest": compiled_ns.round() },
         "runs": variants.iter().zip(&runs).map(|(variant, run)| json!({
             "name": variant.name,
             "guest": variant.guest,

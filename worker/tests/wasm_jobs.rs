@@ -403,7 +403,7 @@ async fn poisoned_records_among_normal_ones_are_dead_lettered_and_the_task_catch
     let module = upload(&job, "c-velocity", guest_bytes("c-velocity")).await;
     let mut processor = velocity(module, Vec::new());
     if let ProcessorKind::Wasm { limits, .. } = &mut processor.kind {
-        // A small budget: the loop's fuel and the sleep's 1.2 s wall-clock limit come soon.
+        // A small budget: the endless loop's and the endless sleep's fuel run out soon.
         limits.fuel_per_record = 20_000_000;
         limits.memory_bytes = 64 << 20;
     }
@@ -453,7 +453,7 @@ async fn poisoned_records_among_normal_ones_are_dead_lettered_and_the_task_catch
             ("loop", "guest_out_of_fuel"),
             ("allocate", "guest_out_of_memory"),
             ("trap", "guest_trapped"),
-            ("sleep", "guest_timed_out"),
+            ("sleep", "guest_out_of_fuel"),
         ])
     );
     // Every other record answered once, as if the poisoned ones had never been: each card's

@@ -11,7 +11,8 @@
  *
  * For the sandbox's tests, a record whose top-level `poison` field is set misbehaves: "loop"
  * never returns, "allocate" grows memory without end, "trap" writes "poisoned record" to
- * stderr and traps, "sleep" sleeps (burning no fuel). */
+ * stderr and traps, "sleep" sleeps forever (the host's clock stands still, so each sleep is
+ * over at once and the loop runs out of fuel). */
 #include "guest.h"
 #include "json.h"
 
@@ -175,7 +176,7 @@ static void allocate_forever(void) {
 }
 
 static void sleep_forever(void) {
-  /* Burns no fuel: the host's wall-clock limit per call ends it. */
+  /* Each sleep returns at once (the clock stands still): the record's fuel ends the loop. */
   for (;;) sleep(3600);
 }
 

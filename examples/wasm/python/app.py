@@ -3,7 +3,8 @@ with how many of the card's transactions fall within the `windowMinutes` before 
 when that makes more than `maxTransactions`. State per card: its latest event times.
 
 For the sandbox's tests, a record whose `poison` field is set misbehaves: `loop` never returns,
-`allocate` grows without end, `trap` raises, `sleep` sleeps (burning no fuel)."""
+`allocate` grows without end, `trap` raises, `sleep` sleeps forever (the host's clock stands
+still, so each sleep is over at once and the loop runs out of fuel)."""
 
 import json
 import struct

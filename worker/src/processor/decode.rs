@@ -103,12 +103,6 @@ pub enum DecodeError {
     /// A WebAssembly processor's call for the record burnt its whole fuel budget.
     #[error("the processor ran out of fuel: the record's budget is {fuel} (limits.fuelPerRecord)")]
     GuestOutOfFuel { fuel: u64 },
-    /// A WebAssembly processor's call for the record went on past its wall-clock limit (a guest
-    /// that waits burns no fuel).
-    #[error(
-        "the processor's call went on for more than {millis} ms of wall-clock time (1 s plus 10 ns per unit of limits.fuelPerRecord)"
-    )]
-    GuestTimedOut { millis: u128 },
     /// A WebAssembly processor's call for the record wanted more memory than the cap.
     #[error("the processor ran out of memory: the cap is {bytes} bytes (limits.memoryBytes)")]
     GuestOutOfMemory { bytes: u64 },
@@ -122,7 +116,7 @@ pub enum DecodeError {
 
 impl DecodeError {
     /// Every [`DecodeError::reason`], so the metrics can start each at 0.
-    pub const REASONS: [&'static str; 16] = [
+    pub const REASONS: [&'static str; 15] = [
         "not_json",
         "not_an_object",
         "missing_field",
@@ -138,7 +132,6 @@ impl DecodeError {
         "guest_trapped",
         "guest_out_of_fuel",
         "guest_out_of_memory",
-        "guest_timed_out",
     ];
 
     /// A stable machine-readable reason, used as the dead-letter header value and the metric
@@ -160,7 +153,6 @@ impl DecodeError {
             DecodeError::GuestTrapped { .. } => "guest_trapped",
             DecodeError::GuestOutOfFuel { .. } => "guest_out_of_fuel",
             DecodeError::GuestOutOfMemory { .. } => "guest_out_of_memory",
-            DecodeError::GuestTimedOut { .. } => "guest_timed_out",
         }
     }
 }

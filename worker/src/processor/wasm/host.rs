@@ -1,23 +1,23 @@
-//! What a guest's calls reach: the task's state through a per-call write buffer and a read
-//! bridge, the output, and a WASI that grants nothing real.
+//! What a guest's calls reach: the task's state through a per-call write buffer, the output,
+//! and a WASI that grants nothing real.
 //!
 //! The task's state is borrowed by `Processor::process` for one record, but a Wasmtime store's
-//! data lives as long as the instance. So the guest's reads cross a bridge: a host function
-//! leaves its read in [`Bridge`] and waits (the call's future is pending); the caller, which
-//! holds the state, answers it and polls the call again. Writes never cross: they stay in
-//! [`HostData::writes`] until the call succeeds, which is also what lets a failed call leave no
-//! trace.
+//! data lives as long as the instance. So a call's reads reach the state through a scoped
+//! thread-local ([`with_state`]), set on the task's thread for exactly the call: the guest runs
+//! synchronously on that thread. Writes never reach it: they stay in [`HostData::writes`] until
+//! the call succeeds, which is also what lets a failed call leave no trace.
 
 use super::streamkeeper::processor::{host, types};
 use crate::processor::keys;
-use crate::processor::state::{Entry, StateError};
+use crate::processor::state::{StateAccess, StateError};
+use scoped_tls_hkt::scoped_thread_local;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::Poll;
 use std::time::Duration;
-use wasmtime::component::ResourceTable;
-use wasmtime_wasi::clocks::{HostMonotonicClock, HostWallClock};
+use wasmtime::component::{HasData, Resource, ResourceTable};
+use wasmtime_wasi::clocks::HostWallClock;
+use wasmtime_wasi::p2::bindings::clocks::monotonic_clock;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::p2::{DynPollable, Pollable};
 use wasmtime_wasi::random::Deterministic;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -27,57 +27,15 @@ pub const MAX_SCAN: u32 = 1000;
 /// language runtime prints its exception there). Past it, the guest's writes fail.
 const STDERR_CAPACITY: usize = 1 << 20;
 
-/// A read the caller must answer from the task's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Read {
-    Get(Vec<u8>),
-    Scan {
-        from: Vec<u8>,
-        to: Vec<u8>,
-        limit: usize,
-    },
-}
+scoped_thread_local!(
+    /// The state of the record being processed, for the call's reads.
+    static TASK_STATE: for<'a> &'a dyn StateAccess
+);
 
-/// The caller's answer.
-#[derive(Debug)]
-pub enum Answer {
-    Value(Option<Vec<u8>>),
-    Entries(Vec<Entry>),
-    Failed(StateError),
-}
-
-/// The read waiting for an answer, and the answer.
-#[derive(Debug, Default)]
-pub struct Bridge {
-    read: Option<Read>,
-    answer: Option<Answer>,
-}
-
-/// The bridge, shared by the store's data and the caller.
-pub type SharedBridge = Arc<Mutex<Bridge>>;
-
-fn lock(bridge: &SharedBridge) -> std::sync::MutexGuard<'_, Bridge> {
-    bridge.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The read the guest waits on, if any (the caller answers it with [`answer`]).
-pub fn pending_read(bridge: &SharedBridge) -> Option<Read> {
-    lock(bridge).read.take()
-}
-
-/// Hands the guest the answer to its read.
-pub fn answer(bridge: &SharedBridge, answer: Answer) {
-    lock(bridge).answer = Some(answer);
-}
-
-/// Leaves `read` for the caller and waits for its answer.
-async fn ask(bridge: &SharedBridge, read: Read) -> Answer {
-    lock(bridge).read = Some(read);
-    std::future::poll_fn(|_| match lock(bridge).answer.take() {
-        Some(answer) => Poll::Ready(answer),
-        None => Poll::Pending,
-    })
-    .await
+/// Runs `call` with `state` readable by the guest's host calls; they run on this thread,
+/// inside `call`.
+pub fn with_state<R>(state: &dyn StateAccess, call: impl FnOnce() -> R) -> R {
+    TASK_STATE.set(state, call)
 }
 
 /// A store's data: the call's buffers, the sandbox's limits and WASI.
@@ -85,7 +43,6 @@ pub struct HostData {
     wasi: WasiCtx,
     table: ResourceTable,
     stderr: MemoryOutputPipe,
-    bridge: SharedBridge,
     memory_cap: u64,
     /// This call's writes, by stored key (`None`: deleted).
     pub writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
@@ -97,7 +54,7 @@ pub struct HostData {
     pub state_failure: Option<StateError>,
 }
 
-/// A clock that never moves: guests get no time but their records'.
+/// A wall clock that never moves: guests get no time but their records'.
 struct Frozen;
 
 impl HostWallClock for Frozen {
@@ -109,25 +66,15 @@ impl HostWallClock for Frozen {
     }
 }
 
-impl HostMonotonicClock for Frozen {
-    fn resolution(&self) -> u64 {
-        1_000_000_000
-    }
-    fn now(&self) -> u64 {
-        0
-    }
-}
-
 impl HostData {
-    pub fn new(bridge: SharedBridge, memory_cap: u64) -> Self {
+    pub fn new(memory_cap: u64) -> Self {
         // No preopened directories, no environment, no arguments, no network (denied by
         // default), stdin and stdout closed, stderr kept for the dead letters; the clocks stand
-        // still and randomness is a fixed sequence.
+        // still (the monotonic one is [`StoppedClock`]) and randomness is a fixed sequence.
         let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
         let wasi = WasiCtxBuilder::new()
             .stderr(stderr.clone())
             .wall_clock(Frozen)
-            .monotonic_clock(Frozen)
             .secure_random(Deterministic::new(vec![0x5e, 0xed]))
             .insecure_random(Deterministic::new(vec![0x5e, 0xed]))
             .insecure_random_seed(0)
@@ -136,7 +83,6 @@ impl HostData {
             wasi,
             table: ResourceTable::new(),
             stderr,
-            bridge,
             memory_cap,
             writes: BTreeMap::new(),
             emitted: Vec::new(),
@@ -167,15 +113,23 @@ impl HostData {
         self.state_failure = None;
     }
 
-    async fn read(&mut self, read: Read) -> wasmtime::Result<Answer> {
-        match ask(&self.bridge, read).await {
-            Answer::Failed(error) => {
-                let message = error.to_string();
-                self.state_failure = Some(error);
-                Err(wasmtime::Error::msg(message))
-            }
-            answer => Ok(answer),
+    /// Reads the task's state; a failed read fails the call (and is kept for the caller: it
+    /// aborts the batch, it does not make the record bad).
+    fn read<T>(
+        &mut self,
+        read: impl FnOnce(&dyn StateAccess) -> Result<T, StateError>,
+    ) -> wasmtime::Result<T> {
+        if !TASK_STATE.is_set() {
+            // Only `init` runs outside a record.
+            return Err(wasmtime::Error::msg(
+                "the task's state is readable only while a record is processed, not in init",
+            ));
         }
+        TASK_STATE.with(|state| read(state)).map_err(|error| {
+            let message = error.to_string();
+            self.state_failure = Some(error);
+            wasmtime::Error::msg(message)
+        })
     }
 }
 
@@ -185,28 +139,25 @@ pub fn stored(key: &[u8]) -> Vec<u8> {
 }
 
 impl host::Host for HostData {
-    async fn state_get(&mut self, key: Vec<u8>) -> wasmtime::Result<Option<Vec<u8>>> {
+    fn state_get(&mut self, key: Vec<u8>) -> wasmtime::Result<Option<Vec<u8>>> {
         let key = stored(&key);
         if let Some(written) = self.writes.get(&key) {
             return Ok(written.clone());
         }
-        match self.read(Read::Get(key)).await? {
-            Answer::Value(value) => Ok(value),
-            _ => Err(wasmtime::Error::msg("the host answered a get with entries")),
-        }
+        self.read(|state| state.get(&key))
     }
 
-    async fn state_put(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
+    fn state_put(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
         self.writes.insert(stored(&key), Some(value));
         Ok(())
     }
 
-    async fn state_delete(&mut self, key: Vec<u8>) -> wasmtime::Result<()> {
+    fn state_delete(&mut self, key: Vec<u8>) -> wasmtime::Result<()> {
         self.writes.insert(stored(&key), None);
         Ok(())
     }
 
-    async fn state_scan(
+    fn state_scan(
         &mut self,
         prefix: Vec<u8>,
         start_after: Option<Vec<u8>>,
@@ -227,19 +178,7 @@ impl host::Host for HostData {
         let written: Vec<(&Vec<u8>, &Option<Vec<u8>>)> =
             self.writes.range(from.clone()..to.clone()).collect();
         let hidden = written.iter().filter(|(_, v)| v.is_none()).count();
-        let read = Read::Scan {
-            from: from.clone(),
-            to: to.clone(),
-            limit: limit + hidden,
-        };
-        let base = match self.read(read).await? {
-            Answer::Entries(entries) => entries,
-            _ => {
-                return Err(wasmtime::Error::msg(
-                    "the host answered a scan with a value",
-                ));
-            }
-        };
+        let base = self.read(|state| state.scan_limited(&from, &to, limit + hidden))?;
         let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = base.into_iter().collect();
         for (key, value) in self.writes.range(from..to) {
             match value {
@@ -254,13 +193,66 @@ impl host::Host for HostData {
             .collect())
     }
 
-    async fn emit(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
+    fn emit(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
         self.emitted.push((key, value));
         Ok(())
     }
 }
 
 impl types::Host for HostData {}
+
+/// The monotonic clock a guest sees: it stands still at 0, so a sleep (a subscription to it)
+/// is over at once. Nothing a guest calls waits: fuel alone bounds a call, and a guest that
+/// waits for time to pass runs out of it.
+pub struct StoppedClock<'a>(&'a mut ResourceTable);
+
+impl HasData for StoppedClock<'static> {
+    type Data<'a> = StoppedClock<'a>;
+}
+
+impl StoppedClock<'_> {
+    /// The clock of a store's data, for the linker.
+    pub fn of(data: &mut HostData) -> StoppedClock<'_> {
+        StoppedClock(&mut data.table)
+    }
+
+    fn over_at_once(&mut self) -> wasmtime::Result<Resource<DynPollable>> {
+        let over = self.0.push(Over)?;
+        wasmtime_wasi::p2::subscribe(self.0, over)
+    }
+}
+
+/// A subscription that is over as soon as it is made.
+struct Over;
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for Over {
+    async fn ready(&mut self) {}
+}
+
+impl monotonic_clock::Host for StoppedClock<'_> {
+    fn now(&mut self) -> wasmtime::Result<monotonic_clock::Instant> {
+        Ok(0)
+    }
+
+    fn resolution(&mut self) -> wasmtime::Result<monotonic_clock::Duration> {
+        Ok(1_000_000_000)
+    }
+
+    fn subscribe_instant(
+        &mut self,
+        _when: monotonic_clock::Instant,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
+        self.over_at_once()
+    }
+
+    fn subscribe_duration(
+        &mut self,
+        _duration: monotonic_clock::Duration,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
+        self.over_at_once()
+    }
+}
 
 impl WasiView for HostData {
     fn ctx(&mut self) -> WasiCtxView<'_> {

@@ -7,10 +7,10 @@
 //!   handed to the task's overlay only when the call succeeds: a record the guest refuses
 //!   (`bad-record`), or whose call traps, runs out of fuel or out of memory, goes to the
 //!   dead-letter topic with that reason and leaves no trace; the task goes on.
-//! - **Sandboxed.** Each record gets a fuel budget and a wall-clock limit (for a guest that
-//!   sleeps, which burns no fuel), each instance a memory cap; the guest gets
-//!   no files, network, clock (it reads 0) or randomness (a fixed sequence), so replay, standbys
-//!   and restores run it to the same state.
+//! - **Sandboxed.** Each record gets a fuel budget, each instance a memory cap; the guest gets
+//!   no files, network, clock (it reads 0, and a sleep is over at once) or randomness (a fixed
+//!   sequence), so replay, standbys and restores run it to the same state. Nothing a guest calls
+//!   waits, so fuel alone bounds a call, and the guest runs synchronously on the task's thread.
 //! - **Its own key space.** A guest's keys are stored under `g/` (`keys::WASM_GUEST`); the host
 //!   keeps the task's stream time where the built-in processors do (`stream_time`) and calls
 //!   `advance` before a record that moves it.
@@ -20,7 +20,7 @@ mod processor;
 
 pub use processor::WasmProcessor;
 
-use host::HostData;
+use host::{HostData, StoppedClock};
 use std::sync::Arc;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
@@ -28,8 +28,9 @@ use wasmtime::{Config, Engine};
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "processor",
-    imports: { default: async | trappable },
-    exports: { default: async },
+    imports: { default: trappable },
+    // The record is lowered into the guest straight from the task's borrowed bytes.
+    ownership: Borrowing { duplicate_if_necessary: false },
 });
 
 /// The sandbox's limits.
@@ -47,16 +48,6 @@ impl Default for WasmLimits {
             fuel_per_record: 100_000_000,
             memory_bytes: 256 << 20,
         }
-    }
-}
-
-impl WasmLimits {
-    /// How long a record's calls may take by the wall clock: 1 s, plus 10 ns per unit of fuel
-    /// (ten times what a busy instance burns, so only a guest that waits reaches it: a WASI
-    /// sleep burns no fuel).
-    pub fn wall_clock_limit(&self) -> std::time::Duration {
-        std::time::Duration::from_secs(1)
-            + std::time::Duration::from_nanos(self.fuel_per_record.saturating_mul(10))
     }
 }
 
@@ -101,7 +92,15 @@ impl WasmModule {
         let engine = Engine::new(&config).map_err(WasmError::Compile)?;
         let component = Component::new(&engine, bytes).map_err(WasmError::Compile)?;
         let mut linker = Linker::<HostData>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(WasmError::Link)?;
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(WasmError::Link)?;
+        // WASI's monotonic clock, replaced by one that stands still.
+        linker.allow_shadowing(true);
+        wasmtime_wasi::p2::bindings::clocks::monotonic_clock::add_to_linker::<_, StoppedClock>(
+            &mut linker,
+            StoppedClock::of,
+        )
+        .map_err(WasmError::Link)?;
+        linker.allow_shadowing(false);
         Processor::add_to_linker::<_, wasmtime::component::HasSelf<HostData>>(
             &mut linker,
             |data| data,
