@@ -7,6 +7,7 @@
 //! synchronously on that thread. Writes never reach it: they stay in [`HostData::writes`] until
 //! the call succeeds, which is also what lets a failed call leave no trace.
 
+use super::stderr::GuestStderr;
 use super::streamkeeper::processor::{host, types};
 use crate::processor::keys;
 use crate::processor::state::{StateAccess, StateError};
@@ -16,16 +17,12 @@ use std::time::Duration;
 use wasmtime::component::{HasData, Resource, ResourceTable};
 use wasmtime_wasi::clocks::HostWallClock;
 use wasmtime_wasi::p2::bindings::clocks::monotonic_clock;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::p2::{DynPollable, Pollable};
 use wasmtime_wasi::random::Deterministic;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 /// The most entries one `state-scan` returns.
 pub const MAX_SCAN: u32 = 1000;
-/// How much a guest may write to stderr per instance: what a trap's dead letter quotes (a
-/// language runtime prints its exception there). Past it, the guest's writes fail.
-const STDERR_CAPACITY: usize = 1 << 20;
 
 scoped_thread_local!(
     /// The state of the record being processed, for the call's reads.
@@ -42,7 +39,7 @@ pub fn with_state<R>(state: &dyn StateAccess, call: impl FnOnce() -> R) -> R {
 pub struct HostData {
     wasi: WasiCtx,
     table: ResourceTable,
-    stderr: MemoryOutputPipe,
+    stderr: GuestStderr,
     memory_cap: u64,
     /// This call's writes, by stored key (`None`: deleted).
     pub writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
@@ -71,7 +68,7 @@ impl HostData {
         // No preopened directories, no environment, no arguments, no network (denied by
         // default), stdin and stdout closed, stderr kept for the dead letters; the clocks stand
         // still (the monotonic one is [`StoppedClock`]) and randomness is a fixed sequence.
-        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+        let stderr = GuestStderr::default();
         let wasi = WasiCtxBuilder::new()
             .stderr(stderr.clone())
             .wall_clock(Frozen)
@@ -91,18 +88,9 @@ impl HostData {
         }
     }
 
-    /// How much the guest has written to stderr so far.
-    pub fn stderr_len(&self) -> usize {
-        self.stderr.contents().len()
-    }
-
-    /// What the guest wrote to stderr since `from`, its last lines.
-    pub fn stderr_since(&self, from: usize, most: usize) -> String {
-        let contents = self.stderr.contents();
-        let written = String::from_utf8_lossy(contents.get(from..).unwrap_or_default());
-        let written = written.trim_end();
-        let start = written.len().saturating_sub(most);
-        written[written.ceil_char_boundary(start)..].to_string()
+    /// The end of what the guest wrote to stderr in this call, at most `most` bytes.
+    pub fn stderr_tail(&self, most: usize) -> String {
+        self.stderr.tail(most)
     }
 
     /// Forgets the call's buffers and marks (before the next call).
@@ -111,6 +99,7 @@ impl HostData {
         self.emitted.clear();
         self.out_of_memory = false;
         self.state_failure = None;
+        self.stderr.clear();
     }
 
     /// Reads the task's state; a failed read fails the call (and is kept for the caller: it

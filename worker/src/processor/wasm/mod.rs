@@ -17,6 +17,7 @@
 
 mod host;
 mod processor;
+mod stderr;
 
 pub use processor::WasmProcessor;
 

@@ -74,7 +74,6 @@ impl WasmProcessor {
     ) -> Result<(), CallError> {
         let Live { store, bindings } = live;
         store.data_mut().reset();
-        let stderr_from = store.data().stderr_len();
         store
             .set_fuel(self.limits.fuel_per_record)
             .map_err(|e| CallError::Trapped(trapped(&e, "")))?;
@@ -115,9 +114,7 @@ impl WasmProcessor {
                         fuel: self.limits.fuel_per_record,
                     })
                 }
-                None => {
-                    CallError::Trapped(trapped(&error, &data.stderr_since(stderr_from, MAX_DETAIL)))
-                }
+                None => CallError::Trapped(trapped(&error, &data.stderr_tail(MAX_DETAIL))),
             }),
         }
     }
