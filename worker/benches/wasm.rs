@@ -6,7 +6,9 @@
 //! 2. **compiled guest**: `examples/wasm/c/count.c`, a C component (clang, wasi-libc);
 //! 3. **Python guest**: `examples/wasm/python/count.py`, a componentize-py component.
 //!
-//! Each is a fresh job on the same input topic. The rate is measured on committed input offsets
+//! Each is a fresh job on the same input topic, and the three run in rounds (`SK_BENCH_ROUNDS`,
+//! default 3): the ratios are taken per round, between runs next to each other in time, and
+//! their median is the figure. The rate is measured on committed input offsets
 //! between 10 % and 95 % of what the run processes, so start-up (a guest's fetch and compile)
 //! and the tail do not count. Before them, the cost of the processor call alone: native and the
 //! compiled guest over the same records in process, against an in-memory state (no Kafka, no
@@ -41,7 +43,6 @@ struct Variant {
 struct Run {
     steady: f64,
     total_seconds: f64,
-    records: u32,
     component_bytes: Option<usize>,
 }
 
@@ -76,7 +77,6 @@ async fn run(input: &str, partitions: i32, variant: &Variant) -> Run {
     Run {
         steady,
         total_seconds: samples.last().map_or(0.0, |s| s.0),
-        records: variant.records,
         component_bytes,
     }
 }
@@ -160,11 +160,25 @@ fn main() {
             records: python_records,
         },
     ];
-    let runs: Vec<Run> = variants
-        .iter()
-        .map(|variant| runtime.block_on(run(&input, partitions, variant)))
+    // Rounds of the three, one after the other: a ratio compares runs next to each other in
+    // time, and the median of the rounds leaves out a run the shared machine disturbed.
+    let rounds = support::rates::setting("SK_BENCH_ROUNDS", 3).max(1) as usize;
+    let runs: Vec<Vec<Run>> = (0..rounds)
+        .map(|round| {
+            println!("round {} of {rounds}", round + 1);
+            variants
+                .iter()
+                .map(|variant| runtime.block_on(run(&input, partitions, variant)))
+                .collect()
+        })
         .collect();
-    let native = runs[0].steady;
+    let of =
+        |variant: usize| -> Vec<f64> { runs.iter().map(|round| round[variant].steady).collect() };
+    let ratios = |variant: usize| -> Vec<f64> {
+        runs.iter()
+            .map(|round| round[variant].steady / round[0].steady)
+            .collect()
+    };
     let report = json!({
         "bench": "wasm",
         "machine": { "cores": cores },
@@ -172,14 +186,17 @@ fn main() {
                    "produce_records_per_second": produce_rate.round() },
         "logic": "count per key, exactly-once, changelog on",
         "in_process_ns_per_record": { "native": native_ns.round(), "compiled_guest": compiled_ns.round() },
-        "runs": variants.iter().zip(&runs).map(|(variant, run)| json!({
+        "rounds": rounds,
+        "variants": variants.iter().enumerate().map(|(i, variant)| json!({
             "name": variant.name,
             "guest": variant.guest,
-            "component_bytes": run.component_bytes,
-            "records": run.records,
-            "steady_records_per_second": run.steady.round(),
-            "total_seconds_including_start": run.total_seconds,
-            "ratio_to_native": run.steady / native,
+            "component_bytes": runs[0][i].component_bytes,
+            "records": variant.records,
+            "steady_records_per_second": of(i).iter().map(|r| r.round()).collect::<Vec<_>>(),
+            "median_records_per_second": median(of(i)).round(),
+            "ratio_to_native_per_round": ratios(i),
+            "median_ratio_to_native": median(ratios(i)),
+            "total_seconds_including_start": runs.iter().map(|round| round[i].total_seconds).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     });
     println!("{}", serde_json::to_string_pretty(&report).unwrap());
@@ -188,12 +205,28 @@ fn main() {
     let path = dir.join("wasm.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
     println!(
-        "count, exactly-once: native {:.0} records/s; compiled guest {:.0} ({:.2}x native); Python guest {:.0} ({:.3}x native); written to {}",
-        native,
-        runs[1].steady,
-        runs[1].steady / native,
-        runs[2].steady,
-        runs[2].steady / native,
+        "count, exactly-once, median of {rounds} rounds: native {:.0} records/s; compiled guest {:.0} ({:.2}x native, per round {}); Python guest {:.0} ({:.3}x native); written to {}",
+        median(of(0)),
+        median(of(1)),
+        median(ratios(1)),
+        ratios(1)
+            .iter()
+            .map(|r| format!("{r:.2}x"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        median(of(2)),
+        median(ratios(2)),
         path.display()
     );
+}
+
+/// The middle value (the mean of the two middle ones for an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    if values.len().is_multiple_of(2) {
+        (values[middle - 1] + values[middle]) / 2.0
+    } else {
+        values[middle]
+    }
 }
