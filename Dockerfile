@@ -42,7 +42,7 @@ RUN for stub in src/lib.rs contract/src/lib.rs failpoint/src/lib.rs kafka-topic-
       test-tools/local-node/src/main.rs \
       worker/benches/worker.rs worker/benches/join.rs worker/benches/checkpoint_restore.rs \
       worker/benches/checkpoint_overhead.rs worker/benches/wasm.rs \
-      benches/failover.rs benches/warmup.rs contract/benches/assignment.rs; do \
+      benches/failover.rs benches/warmup.rs benches/fleet.rs contract/benches/assignment.rs; do \
       mkdir -p "$(dirname "$stub")" && echo 'fn main() {}' > "$stub"; \
     done
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

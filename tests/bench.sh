@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Benchmarks against the real services on loopback; each prints its figures and writes its JSON
-# (bench-results/<name>.json; failover and warmup: $CARGO_TARGET_DIR/bench/<name>.json).
+# (bench-results/<name>.json; failover, warmup and fleet: $CARGO_TARGET_DIR/bench/<name>.json).
 #
 #   tests/bench.sh            every bench
 #   tests/bench.sh worker     one of: worker, join, checkpoint_restore, checkpoint_overhead,
-#                             wasm, assignment, failover, warmup
+#                             wasm, assignment, failover, warmup, fleet
 #
 # Services this script starts are stopped when it ends; services already running are left alone.
 source "$(dirname "$0")/services/lib.sh"
@@ -14,8 +14,8 @@ services=tests/services
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$SK_CACHE/cargo-target}"
 
 benches=("$@")
-(( ${#benches[@]} )) || benches=(worker join checkpoint_restore checkpoint_overhead wasm assignment failover warmup)
-declare -A needs=([worker]="kafka" [join]="kafka" [checkpoint_restore]="s3" [checkpoint_overhead]="kafka s3" [wasm]="kafka s3" [assignment]="" [failover]="kafka s3 kube" [warmup]="kafka s3 kube")
+(( ${#benches[@]} )) || benches=(worker join checkpoint_restore checkpoint_overhead wasm assignment failover warmup fleet)
+declare -A needs=([worker]="kafka" [join]="kafka" [checkpoint_restore]="s3" [checkpoint_overhead]="kafka s3" [wasm]="kafka s3" [assignment]="" [failover]="kafka s3 kube" [warmup]="kafka s3 kube" [fleet]="kafka s3 kube")
 declare -A ports=([kafka]=19092 [s3]=18333 [kube]=16443)
 
 started=()
@@ -47,10 +47,11 @@ for bench in "${benches[@]}"; do
     cargo bench --locked -p streamkeeper-contract --bench assignment
     continue
   fi
-  if [[ $bench == failover || $bench == warmup ]]; then
+  if [[ $bench == failover || $bench == warmup || $bench == fleet ]]; then
     # The whole system on the test build (worker, node agent and operator binaries): the time
     # is Kafka round trips, fencing and the heartbeat, not CPU; the dev profile shares the
-    # test command's compile.
+    # test command's compile. (fleet: the operator as the tests run it; its CPU is a debug
+    # build's.)
     log "== bench $bench ($(date +%T)); a few minutes per scenario"
     cargo build --workspace --all-targets --locked
     cargo bench --workspace --locked --profile dev --bench "$bench"
