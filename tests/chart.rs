@@ -97,7 +97,7 @@ fn the_operators_rbac_gives_workers_nothing_and_secrets_only_get_and_create() {
             "{kind}"
         );
         assert_eq!(verbs_on("", "secrets"), ["get", "create"], "{kind}");
-        assert_eq!(verbs_on("", "pods"), ["list", "delete"], "{kind}");
+        assert_eq!(verbs_on("", "pods"), ["list", "watch", "delete"], "{kind}");
     }
 }
 

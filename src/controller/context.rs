@@ -6,6 +6,7 @@ use crate::api::StatefulStreamJob;
 use crate::failover::{FailoverDeps, Failovers};
 use crate::leader::Leadership;
 use crate::telemetry::metrics::Metrics;
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use std::collections::HashMap;
@@ -54,6 +55,9 @@ pub struct Context {
     pub verified: crate::k8s::ownership::Verified,
     /// The controller's watch cache of the jobs, once it runs ([`crate::controller::run`]).
     pub jobs: std::sync::OnceLock<kube::runtime::reflector::Store<StatefulStreamJob>>,
+    /// The controller's watch cache of the worker pods, once it runs: every failover loop reads
+    /// its job's pods here instead of listing them.
+    pub pods: std::sync::OnceLock<kube::runtime::reflector::Store<Pod>>,
     /// The digests of the WebAssembly modules read, so each object version is read once.
     pub modules: crate::adapters::wasm_module::ModuleDigests,
 }
@@ -78,6 +82,7 @@ impl Context {
             failovers,
             verified: Default::default(),
             jobs: std::sync::OnceLock::new(),
+            pods: std::sync::OnceLock::new(),
             modules: Default::default(),
         }
     }
@@ -98,6 +103,7 @@ impl Context {
             leadership: self.leadership.clone(),
             metrics: Arc::clone(&self.metrics),
             refresh: self.failovers.refresh.sender(),
+            pods: self.pods.get().cloned(),
         }
     }
 

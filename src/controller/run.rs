@@ -13,7 +13,7 @@ use crate::controller::reconcile::{error_policy, reconcile};
 use crate::k8s::labels;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::runtime::controller::{self, Controller};
@@ -63,13 +63,14 @@ pub async fn run(
     .reflect(writer)
     .applied_objects()
     .predicate_filter(reconcile_relevant, Default::default());
+    let worker_pods = watch_worker_pods(&ctx, &client, namespace);
     let mut controller = Controller::for_stream(jobs, reader)
         .with_config(controller::Config::default().concurrency(concurrency));
     // A finished move changes the status but nothing watched (see failover::status_requests).
     if let Some(refreshes) = ctx.failovers.refresh.take_requests() {
         controller = controller.reconcile_on(refreshes);
     }
-    controller
+    let controller = controller
         .owns(scoped::<StatefulSet>(&client, namespace), owned.clone())
         .owns(scoped::<ConfigMap>(&client, namespace), owned.clone())
         .owns(scoped::<Service>(&client, namespace), owned.clone())
@@ -83,8 +84,44 @@ pub async fn run(
                 Ok((job, _action)) => tracing::debug!(job = %job, "reconciled"),
                 Err(error) => tracing::debug!(%error, "reconcile did not complete"),
             }
-        })
-        .await;
+        });
+    // The pod watch lives as long as the controller (it has no end of its own).
+    tokio::select! {
+        () = controller => {}
+        () = worker_pods => {}
+    }
+}
+
+/// The watch of every worker pod (the operator's own, in `namespace` or all), kept in a cache
+/// that the failover loops read ([`Context::pods`]): one watch for the whole fleet instead of a
+/// list per job every second. The returned future feeds the cache.
+fn watch_worker_pods(
+    ctx: &Context,
+    client: &Client,
+    namespace: Option<&str>,
+) -> impl Future<Output = ()> + use<> {
+    let (reader, writer) = reflector::store();
+    if ctx.pods.set(reader).is_err() {
+        tracing::warn!("the pod cache was set before: a second controller in one process");
+    }
+    let workers = format!(
+        "{}={},{}={}",
+        labels::MANAGED_BY,
+        labels::MANAGER,
+        labels::NAME,
+        labels::WORKER_APP
+    );
+    watcher(
+        scoped::<Pod>(client, namespace),
+        watcher::Config::default().labels(&workers),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .for_each(|event| async move {
+        if let Err(error) = event {
+            tracing::warn!(%error, "the worker pod watch failed; retrying");
+        }
+    })
 }
 
 /// A hash of what a reconcile acts on: the spec (through `generation`), deletion, finalizers,

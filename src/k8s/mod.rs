@@ -7,12 +7,14 @@
 //! - [`ownership`]: which existing objects the operator may write (only its job's own);
 //! - [`events`]: Events about a job;
 //! - [`status`]: merge patches of a job's status fields;
-//! - [`worker_token`]: the job's worker token Secret, created once and read back.
+//! - [`worker_token`]: the job's worker token Secret, created once and read back;
+//! - [`pod_cache`]: the one watch of the worker pods, read instead of a list per job.
 
 pub mod apply;
 pub mod events;
 pub mod labels;
 pub mod names;
 pub mod ownership;
+pub mod pod_cache;
 pub mod status;
 pub mod worker_token;

@@ -142,7 +142,7 @@ async fn tick(
         // A new token: the pods that refused the old one may hold it already.
         state.sent_at = None;
     }
-    refresh::pods(&deps.client, job, state, shared).await?;
+    refresh::pods(deps, job, state, shared).await?;
     if job.desired_pods == 0 {
         return Ok(());
     }

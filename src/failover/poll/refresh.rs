@@ -1,22 +1,25 @@
-//! Step 1 of a poll: the job's worker pods as the apiserver lists them (at most every
-//! [`LIST_EVERY`]), with their nodes' zones, and which of them were recreated under the same
-//! name since the last listing.
+//! Step 1 of a poll: the job's worker pods (at most every [`LIST_EVERY`]), with their nodes'
+//! zones, and which of them were recreated under the same name since the last listing. The pods
+//! come from the controller's watch of every worker pod ([`FailoverDeps::pods`]), not from a list
+//! per job: a fleet's loops cost the apiserver nothing here.
 
 use super::{LIST_EVERY, ListedPod, LoopState};
-use crate::failover::job::FailoverJob;
+use crate::failover::job::{FailoverDeps, FailoverJob};
 use crate::failover::rule_inputs::PodFacts;
 use crate::failover::shared::Shared;
 use crate::k8s::apply::ApiError;
+use crate::k8s::pod_cache;
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use kube::{Client, ResourceExt};
+use kube::runtime::reflector::Store;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// Lists the pods again when the last listing is [`LIST_EVERY`] old: learns their zones, and
 /// marks a pod recreated under the same name (a new uid) as replaced.
 pub(super) async fn pods(
-    client: &Client,
+    deps: &FailoverDeps,
     job: &FailoverJob,
     state: &mut LoopState,
     shared: &Shared,
@@ -24,9 +27,12 @@ pub(super) async fn pods(
     if state.listed_at.is_some_and(|at| at.elapsed() < LIST_EVERY) {
         return Ok(());
     }
-    state.pods = list_pods(client, job).await?;
+    state.pods = match &deps.pods {
+        Some(watched) => watched_pods(watched, job).await,
+        None => list_pods(deps, job).await?,
+    };
     let nodes = state.pods.iter().filter_map(|p| p.facts.node.as_deref());
-    state.zones.learn(client, nodes).await;
+    state.zones.learn(&deps.client, nodes).await;
     for pod in &mut state.pods {
         pod.facts.zone = pod.facts.node.as_deref().and_then(|n| state.zones.zone(n));
     }
@@ -51,9 +57,15 @@ pub(super) async fn pods(
     Ok(())
 }
 
-/// The job's worker pods that exist and are not being deleted, with their addresses.
-async fn list_pods(client: &Client, job: &FailoverJob) -> Result<Vec<ListedPod>, ApiError> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), &job.namespace);
+/// The job's worker pods in the watch's cache.
+async fn watched_pods(cache: &Store<Pod>, job: &FailoverJob) -> Vec<ListedPod> {
+    let pods = pod_cache::job_pods(cache, &job.namespace, &job.name).await;
+    job_pods(pods.iter().map(|pod| pod.as_ref()), job)
+}
+
+/// The job's pods listed from the apiserver (where no watch runs).
+async fn list_pods(deps: &FailoverDeps, job: &FailoverJob) -> Result<Vec<ListedPod>, ApiError> {
+    let api: Api<Pod> = Api::namespaced(deps.client.clone(), &job.namespace);
     let selector = crate::k8s::labels::selector_string(&job.name);
     let list = api
         .list(&ListParams::default().labels(&selector))
@@ -65,9 +77,13 @@ async fn list_pods(client: &Client, job: &FailoverJob) -> Result<Vec<ListedPod>,
             name: selector.clone(),
             source,
         })?;
-    Ok(list
-        .items
-        .into_iter()
+    Ok(job_pods(list.items.iter(), job))
+}
+
+/// Of `pods`, the job's worker pods that are not being deleted, with their addresses, by name.
+fn job_pods<'p>(pods: impl Iterator<Item = &'p Pod>, job: &FailoverJob) -> Vec<ListedPod> {
+    let mut listed: Vec<ListedPod> = pods
+        .filter(|pod| pod_cache::selects(pod, &job.namespace, &job.name))
         .filter(|pod| pod.metadata.deletion_timestamp.is_none())
         .map(|pod| ListedPod {
             ip: pod.status.as_ref().and_then(|status| status.pod_ip.clone()),
@@ -79,5 +95,45 @@ async fn list_pods(client: &Client, job: &FailoverJob) -> Result<Vec<ListedPod>,
                 zone: None,
             },
         })
-        .collect())
+        .collect();
+    listed.sort_by(|a, b| a.facts.name.cmp(&b.facts.name));
+    listed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(namespace: &str, name: &str, job: &str, deleting: bool) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "namespace": namespace,
+                "name": name,
+                "uid": format!("uid-{name}"),
+                "labels": crate::k8s::labels::common(job),
+                "deletionTimestamp": deleting.then_some("2026-12-05T00:00:00Z"),
+            },
+            "spec": { "nodeName": "node-a", "containers": [] },
+            "status": { "podIP": "10.0.0.7" },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_jobs_pods_are_its_own_in_its_namespace_not_being_deleted_by_name() {
+        let job = FailoverJob::for_tests();
+        let pods = [
+            pod("shop", "card-count-1", "card-count", false),
+            pod("shop", "card-count-0", "card-count", false),
+            pod("shop", "card-count-2", "card-count", true),
+            pod("shop", "card-countx-0", "card-countx", false),
+            pod("other", "card-count-0", "card-count", false),
+        ];
+        let listed = job_pods(pods.iter(), &job);
+        let names: Vec<&str> = listed.iter().map(|p| p.facts.name.as_str()).collect();
+        assert_eq!(names, ["card-count-0", "card-count-1"]);
+        assert_eq!(listed[0].uid, "uid-card-count-0");
+        assert_eq!(listed[0].ip.as_deref(), Some("10.0.0.7"));
+        assert_eq!(listed[0].facts.node.as_deref(), Some("node-a"));
+    }
 }
