@@ -46,6 +46,22 @@ impl Step {
     fn requests_per_second(&self) -> f64 {
         self.requests.values().sum::<f64>() / self.seconds
     }
+
+    /// Requests per second by `VERB resource`.
+    fn rates(&self) -> BTreeMap<String, f64> {
+        self.requests
+            .iter()
+            .map(|(key, count)| (key.clone(), count / self.seconds))
+            .collect()
+    }
+
+    /// The `most` busiest kinds of request, busiest first.
+    fn busiest(&self, most: usize) -> Vec<(String, f64)> {
+        let mut rates: Vec<(String, f64)> = self.rates().into_iter().collect();
+        rates.sort_by(|a, b| b.1.total_cmp(&a.1));
+        rates.truncate(most);
+        rates
+    }
 }
 
 fn setting(name: &str, default: &str) -> String {
@@ -165,11 +181,9 @@ async fn measure(
     jobs: usize,
     pods: usize,
 ) -> Step {
-    let (requests_before, (ticks_before, _), started) = (
-        request_counts(client).await,
-        cpu_and_rss(operator),
-        Instant::now(),
-    );
+    let requests_before = request_counts(client).await;
+    let (ticks_before, _) = cpu_and_rss(operator);
+    let started = Instant::now();
     tokio::time::sleep(window).await;
     let requests_after = request_counts(client).await;
     let (ticks_after, rss_bytes) = cpu_and_rss(operator);
@@ -190,17 +204,6 @@ async fn measure(
         cpu_share: (ticks_after - ticks_before) as f64 / clock_ticks_per_second() / seconds,
         rss_bytes,
     }
-}
-
-fn top_requests(step: &Step, most: usize) -> Vec<(String, f64)> {
-    let mut rates: Vec<(String, f64)> = step
-        .requests
-        .iter()
-        .map(|(key, count)| (key.clone(), count / step.seconds))
-        .collect();
-    rates.sort_by(|a, b| b.1.total_cmp(&a.1));
-    rates.truncate(most);
-    rates
 }
 
 #[tokio::main]
@@ -249,7 +252,7 @@ async fn main() {
             step.requests_per_second() / size as f64,
             step.cpu_share * 100.0,
             step.rss_bytes as f64 / (1 << 20) as f64,
-            top_requests(&step, 3)
+            step.busiest(3)
                 .iter()
                 .map(|(key, rate)| format!("{key} {rate:.1}/s"))
                 .collect::<Vec<_>>()
@@ -281,8 +284,7 @@ async fn main() {
             "pods": step.pods,
             "seconds": step.seconds,
             "apiserver_requests_per_second": step.requests_per_second(),
-            "apiserver_requests_per_second_by_kind": top_requests(step, usize::MAX)
-                .into_iter().collect::<BTreeMap<_, _>>(),
+            "apiserver_requests_per_second_by_kind": step.rates(),
             "operator_cpu_share_of_a_core": step.cpu_share,
             "operator_rss_bytes": step.rss_bytes,
         })).collect::<Vec<_>>(),

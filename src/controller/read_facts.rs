@@ -13,7 +13,7 @@ use crate::api::{S3CredentialsSecret, StatefulStreamJob};
 use crate::controller::valid_job::ModuleConfigMap;
 use crate::controller::{Context, ReconcileError, ValidatedJob};
 use crate::k8s::apply::ApiError;
-use crate::k8s::{labels, names, ownership, pod_cache};
+use crate::k8s::{names, ownership, pod_cache};
 use crate::retention::{RetentionViolation, TopicRetention};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::ResourceExt;
@@ -330,32 +330,13 @@ async fn module_in_config_map(
     Ok((location, found))
 }
 
-/// The job's worker pods: the pods its StatefulSet owns, found by the job's labels (in the
-/// operator's pod watch, or listed where no controller runs).
+/// The job's worker pods: the pods its StatefulSet owns, found by the job's labels.
 pub(crate) async fn job_pods(ctx: &Context, job: &ValidatedJob) -> Result<Vec<Pod>, ApiError> {
-    let pods = match ctx.pods.get() {
-        Some(cache) => pod_cache::job_pods(cache, &job.namespace, &job.name)
-            .await
-            .iter()
-            .map(|pod| Pod::clone(pod))
-            .collect(),
-        None => {
-            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &job.namespace);
-            pods.list(&ListParams::default().labels(&labels::selector_string(&job.name)))
-                .await
-                .map_err(|source| ApiError {
-                    action: "list",
-                    kind: "Pod".into(),
-                    namespace: job.namespace.clone(),
-                    name: labels::selector_string(&job.name),
-                    source,
-                })?
-                .items
-        }
-    };
+    let pods = pod_cache::job_pods(ctx.pods.get(), &ctx.client, &job.namespace, &job.name).await?;
     let stateful_set = names::stateful_set(&job.name);
     Ok(pods
-        .into_iter()
+        .iter()
         .filter(|pod| ownership::is_worker_pod(&pod.metadata, &stateful_set))
+        .map(|pod| Pod::clone(pod))
         .collect())
 }

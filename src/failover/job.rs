@@ -42,21 +42,3 @@ pub struct FailoverDeps {
     /// reconcile run on its own), and the loop lists its job's pods instead.
     pub pods: Option<kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>>,
 }
-
-#[cfg(test)]
-impl FailoverJob {
-    /// A job `card-count` in `shop`: 4 tasks over 2 pods, one standby each.
-    pub(crate) fn for_tests() -> Self {
-        Self {
-            namespace: "shop".into(),
-            name: "card-count".into(),
-            owner: Default::default(),
-            tasks: 4,
-            desired_pods: 2,
-            standby_replicas: 1,
-            acceptable_recovery_lag: 10_000,
-            heartbeat_timeout: Duration::from_secs(2),
-            port: 8080,
-        }
-    }
-}

@@ -508,7 +508,17 @@ mod tests {
             refresh: refresh.sender(),
             pods: None,
         };
-        let job = FailoverJob::for_tests();
+        let job = FailoverJob {
+            namespace: "shop".into(),
+            name: "card-count".into(),
+            owner: Default::default(),
+            tasks: 4,
+            desired_pods: 2,
+            standby_replicas: 1,
+            acceptable_recovery_lag: 10_000,
+            heartbeat_timeout: Duration::from_secs(2),
+            port: 8080,
+        };
         let now = Instant::now();
         let mut pending = BTreeMap::from([(
             2,

@@ -11,8 +11,6 @@ use crate::k8s::apply::ApiError;
 use crate::k8s::pod_cache;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
-use kube::runtime::reflector::Store;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -27,10 +25,9 @@ pub(super) async fn pods(
     if state.listed_at.is_some_and(|at| at.elapsed() < LIST_EVERY) {
         return Ok(());
     }
-    state.pods = match &deps.pods {
-        Some(watched) => watched_pods(watched, job).await,
-        None => list_pods(deps, job).await?,
-    };
+    let pods =
+        pod_cache::job_pods(deps.pods.as_ref(), &deps.client, &job.namespace, &job.name).await?;
+    state.pods = listed_pods(pods.iter().map(AsRef::as_ref));
     let nodes = state.pods.iter().filter_map(|p| p.facts.node.as_deref());
     state.zones.learn(&deps.client, nodes).await;
     for pod in &mut state.pods {
@@ -57,33 +54,9 @@ pub(super) async fn pods(
     Ok(())
 }
 
-/// The job's worker pods in the watch's cache.
-async fn watched_pods(cache: &Store<Pod>, job: &FailoverJob) -> Vec<ListedPod> {
-    let pods = pod_cache::job_pods(cache, &job.namespace, &job.name).await;
-    job_pods(pods.iter().map(|pod| pod.as_ref()), job)
-}
-
-/// The job's pods listed from the apiserver (where no watch runs).
-async fn list_pods(deps: &FailoverDeps, job: &FailoverJob) -> Result<Vec<ListedPod>, ApiError> {
-    let api: Api<Pod> = Api::namespaced(deps.client.clone(), &job.namespace);
-    let selector = crate::k8s::labels::selector_string(&job.name);
-    let list = api
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|source| ApiError {
-            action: "list",
-            kind: "Pod".into(),
-            namespace: job.namespace.clone(),
-            name: selector.clone(),
-            source,
-        })?;
-    Ok(job_pods(list.items.iter(), job))
-}
-
-/// Of `pods`, the job's worker pods that are not being deleted, with their addresses, by name.
-fn job_pods<'p>(pods: impl Iterator<Item = &'p Pod>, job: &FailoverJob) -> Vec<ListedPod> {
+/// Of the job's `pods`, those not being deleted, with their addresses, by name.
+fn listed_pods<'p>(pods: impl Iterator<Item = &'p Pod>) -> Vec<ListedPod> {
     let mut listed: Vec<ListedPod> = pods
-        .filter(|pod| pod_cache::selects(pod, &job.namespace, &job.name))
         .filter(|pod| pod.metadata.deletion_timestamp.is_none())
         .map(|pod| ListedPod {
             ip: pod.status.as_ref().and_then(|status| status.pod_ip.clone()),
@@ -104,13 +77,13 @@ fn job_pods<'p>(pods: impl Iterator<Item = &'p Pod>, job: &FailoverJob) -> Vec<L
 mod tests {
     use super::*;
 
-    fn pod(namespace: &str, name: &str, job: &str, deleting: bool) -> Pod {
+    fn pod(name: &str, deleting: bool) -> Pod {
         serde_json::from_value(serde_json::json!({
             "metadata": {
-                "namespace": namespace,
+                "namespace": "shop",
                 "name": name,
                 "uid": format!("uid-{name}"),
-                "labels": crate::k8s::labels::common(job),
+                "labels": crate::k8s::labels::common("card-count"),
                 "deletionTimestamp": deleting.then_some("2026-12-05T00:00:00Z"),
             },
             "spec": { "nodeName": "node-a", "containers": [] },
@@ -120,16 +93,14 @@ mod tests {
     }
 
     #[test]
-    fn a_jobs_pods_are_its_own_in_its_namespace_not_being_deleted_by_name() {
-        let job = FailoverJob::for_tests();
+    fn a_jobs_pods_not_being_deleted_are_listed_by_name_with_their_address_and_node() {
+        // Which pods are the job's is `pod_cache::selects`, tested there.
         let pods = [
-            pod("shop", "card-count-1", "card-count", false),
-            pod("shop", "card-count-0", "card-count", false),
-            pod("shop", "card-count-2", "card-count", true),
-            pod("shop", "card-countx-0", "card-countx", false),
-            pod("other", "card-count-0", "card-count", false),
+            pod("card-count-1", false),
+            pod("card-count-0", false),
+            pod("card-count-2", true),
         ];
-        let listed = job_pods(pods.iter(), &job);
+        let listed = listed_pods(pods.iter());
         let names: Vec<&str> = listed.iter().map(|p| p.facts.name.as_str()).collect();
         assert_eq!(names, ["card-count-0", "card-count-1"]);
         assert_eq!(listed[0].uid, "uid-card-count-0");

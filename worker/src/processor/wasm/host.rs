@@ -164,9 +164,11 @@ impl host::Host for HostData {
             return Ok(Vec::new());
         }
         // Deleted keys of this call may hide base entries: read as many more.
-        let written: Vec<(&Vec<u8>, &Option<Vec<u8>>)> =
-            self.writes.range(from.clone()..to.clone()).collect();
-        let hidden = written.iter().filter(|(_, v)| v.is_none()).count();
+        let hidden = self
+            .writes
+            .range(from.clone()..to.clone())
+            .filter(|(_, value)| value.is_none())
+            .count();
         let base = self.read(|state| state.scan_limited(&from, &to, limit + hidden))?;
         let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = base.into_iter().collect();
         for (key, value) in self.writes.range(from..to) {
