@@ -34,12 +34,14 @@ COPY worker/Cargo.toml worker/
 COPY examples/custom-processor/Cargo.toml examples/custom-processor/
 COPY test-tools/local-node/Cargo.toml test-tools/local-node/
 COPY test-tools/test-support/Cargo.toml test-tools/test-support/
+COPY test-tools/fleet-workers/Cargo.toml test-tools/fleet-workers/
 RUN for stub in src/lib.rs contract/src/lib.rs failpoint/src/lib.rs kafka-topic-id/src/lib.rs \
-      worker/src/lib.rs examples/custom-processor/src/lib.rs test-tools/test-support/src/lib.rs; do \
+      worker/src/lib.rs examples/custom-processor/src/lib.rs test-tools/test-support/src/lib.rs \
+      test-tools/fleet-workers/src/lib.rs; do \
       mkdir -p "$(dirname "$stub")" && : > "$stub"; \
     done \
  && for stub in src/main.rs worker/src/main.rs examples/custom-processor/src/main.rs \
-      test-tools/local-node/src/main.rs \
+      test-tools/local-node/src/main.rs test-tools/fleet-workers/src/main.rs \
       worker/benches/worker.rs worker/benches/join.rs worker/benches/checkpoint_restore.rs \
       worker/benches/checkpoint_overhead.rs worker/benches/wasm.rs \
       benches/failover.rs benches/warmup.rs benches/fleet.rs contract/benches/assignment.rs; do \
@@ -55,7 +57,7 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     find src contract/src failpoint/src kafka-topic-id/src worker/src examples/custom-processor/src \
-      test-tools/local-node/src -name '*.rs' -exec touch {} + \
+      test-tools/local-node/src test-tools/fleet-workers/src -name '*.rs' -exec touch {} + \
  && cargo build --release --locked --bin streamkeeper-operator --bin streamkeeper-worker \
       --bin velocity-check \
  && mkdir -p /out \

@@ -1,20 +1,23 @@
-//! Bench: what one operator costs the control plane as its fleet grows, measured from outside.
+//! Bench: what one operator costs as its fleet grows, measured from outside.
 //!
 //! One operator process (the test build) watches one namespace; jobs are added in steps
-//! (`SK_FLEET_JOBS`, default `10,50,100`), each with `SK_FLEET_PODS` worker pods (default 4) on
-//! its own input topic of as many partitions, real Kafka and S3 behind them. After each step it
-//! waits until every job is reconciled, then measures a window (`SK_FLEET_WINDOW_SECONDS`,
-//! default 30):
-//! - the apiserver's requests per second, from its own `/metrics` (`apiserver_request_total`),
-//!   in all and by verb and resource (the bench's own few reads of `/metrics` and the jobs are
-//!   in it too, as are the controller-manager's and scheduler's);
-//! - the operator's CPU (user + system, from `/proc`) as a share of one core, and its RSS (the
-//!   test build's: a debug build spends more CPU than the release image).
+//! (`SK_FLEET_JOBS`, default `10,50,100`), each with `SK_FLEET_PODS` worker pods (default 4) and
+//! one standby per task, on its own input topic of as many partitions, real Kafka and S3 behind
+//! them. The pods run on KWOK's simulated nodes (`tests/services/kwok.sh`): each gets a
+//! loopback address, where one process answers the worker contract for every pod
+//! (`tests/services/fleet-workers.sh`), so the operator polls, assigns and fails over as it
+//! would with real workers, without a worker process per pod.
 //!
-//! This is the fleet bench's first part: no node runs the pods, so they stay Pending and no
-//! worker is polled. What it measures is the operator's own loops against the apiserver, the
-//! cost that grows with jobs before a single heartbeat. Simulated pods and workers (KWOK and a
-//! process answering the worker contract for every pod) are the next part.
+//! After each step it waits until every job runs, then measures a window
+//! (`SK_FLEET_WINDOW_SECONDS`, default 30):
+//! - the operator's own requests to the apiserver, by verb and resource (its
+//!   `streamkeeper_operator_apiserver_requests_total`), and the apiserver's total from its
+//!   `/metrics` (the controller-manager's, the scheduler's, KWOK's and the bench's too);
+//! - the operator's CPU (user + system, from `/proc`) as a share of one core, and its RSS (the
+//!   test build's: a debug build spends more CPU than the release image);
+//! - the workers' requests from the operator per second, by kind (the heartbeat's cost);
+//! - failover under that load: `SK_FLEET_KILLS` (default 5) kills of a pod's process, each
+//!   timed from the kill to another pod of its job receiving the new document (p50 and max).
 //!
 //! Run: `tests/bench.sh fleet`. Prints a table and writes JSON to `$BENCH_OUT` (default
 //! `bench/fleet.json` under the cargo target dir).
@@ -22,6 +25,8 @@
 
 #[path = "../tests/operator_support/mod.rs"]
 mod operator_support;
+#[path = "fleet_support/workers.rs"]
+mod workers;
 
 use kube::Api;
 use kube::api::{ListParams, PostParams};
@@ -30,38 +35,87 @@ use operator_support::support;
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use streamkeeper::api::StatefulStreamJob;
+use streamkeeper::api::{JobPhase, StatefulStreamJob};
 
 /// One measured step.
 struct Step {
     jobs: usize,
     pods: usize,
     seconds: f64,
-    requests: BTreeMap<String, f64>,
+    /// Every client's requests to the apiserver in the window, by `VERB resource`.
+    apiserver: BTreeMap<String, f64>,
+    /// The operator's own, by `verb resource`.
+    operator: BTreeMap<String, f64>,
+    /// The simulated workers' requests, by `METHOD path`.
+    workers: BTreeMap<String, f64>,
     cpu_share: f64,
     rss_bytes: u64,
+    /// Kill → another pod of the job received the new document.
+    failovers: Vec<Duration>,
 }
 
-impl Step {
-    fn requests_per_second(&self) -> f64 {
-        self.requests.values().sum::<f64>() / self.seconds
-    }
+/// Per second over `seconds`.
+fn rates(counts: &BTreeMap<String, f64>, seconds: f64) -> BTreeMap<String, f64> {
+    counts
+        .iter()
+        .map(|(key, count)| (key.clone(), count / seconds))
+        .collect()
+}
 
-    /// Requests per second by `VERB resource`.
-    fn rates(&self) -> BTreeMap<String, f64> {
-        self.requests
-            .iter()
-            .map(|(key, count)| (key.clone(), count / self.seconds))
-            .collect()
-    }
+fn total(counts: &BTreeMap<String, f64>, seconds: f64) -> f64 {
+    counts.values().sum::<f64>() / seconds
+}
 
-    /// The `most` busiest kinds of request, busiest first.
-    fn busiest(&self, most: usize) -> Vec<(String, f64)> {
-        let mut rates: Vec<(String, f64)> = self.rates().into_iter().collect();
-        rates.sort_by(|a, b| b.1.total_cmp(&a.1));
-        rates.truncate(most);
-        rates
+/// The `most` busiest kinds of request, busiest first.
+fn busiest(counts: &BTreeMap<String, f64>, seconds: f64, most: usize) -> String {
+    let mut rates: Vec<(String, f64)> = rates(counts, seconds).into_iter().collect();
+    rates.sort_by(|a, b| b.1.total_cmp(&a.1));
+    rates.truncate(most);
+    rates
+        .iter()
+        .map(|(key, rate)| format!("{key} {rate:.2}/s"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What changed between two readings of counters.
+fn difference(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(key, after)| (key.clone(), after - before.get(key).copied().unwrap_or(0.0)))
+        .filter(|(_, count)| *count > 0.0)
+        .collect()
+}
+
+/// The operator's own requests so far, by `verb resource`, from its `/metrics`.
+async fn operator_requests(metrics_address: &str) -> BTreeMap<String, f64> {
+    let text = operator_support::metrics_text(metrics_address)
+        .await
+        .expect("the operator's /metrics");
+    let mut counts = BTreeMap::new();
+    for line in text.lines() {
+        let Some(labels) = line.strip_prefix("streamkeeper_operator_apiserver_requests_total{")
+        else {
+            continue;
+        };
+        let Some((labels, value)) = labels.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|pair| pair.strip_prefix(&format!("{name}=\"")))
+                .map_or("", |value| value.trim_end_matches('"'))
+                .to_string()
+        };
+        *counts
+            .entry(format!("{} {}", label("verb"), label("resource")))
+            .or_insert(0.0) += value.trim().parse::<f64>().unwrap_or(0.0);
     }
+    counts
 }
 
 fn setting(name: &str, default: &str) -> String {
@@ -132,7 +186,8 @@ fn clock_ticks_per_second() -> f64 {
         .unwrap_or(100.0)
 }
 
-/// Adds jobs until `namespace` holds `total`, each with `pods` pods and as many partitions.
+/// Adds jobs until `namespace` holds `total`, each with `pods` pods on the simulated nodes, one
+/// standby per task, and as many partitions as pods.
 async fn add_jobs(client: &kube::Client, namespace: &str, from: usize, total: usize, pods: i32) {
     let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), namespace);
     for index in from..total {
@@ -146,64 +201,126 @@ async fn add_jobs(client: &kube::Client, namespace: &str, from: usize, total: us
         ))
         .unwrap();
         value["spec"]["replicas"] = serde_json::json!(pods);
+        value["spec"]["standbyReplicas"] = serde_json::json!(1);
+        // On KWOK's nodes only (tests/services/kwok.sh taints them against every other pod).
+        value["spec"]["pod"] = serde_json::json!({
+            "nodeSelector": {"type": "kwok"},
+            "tolerations": [{
+                "key": "streamkeeper.dev/simulated",
+                "operator": "Exists",
+                "effect": "NoSchedule",
+            }],
+        });
         let job: StatefulStreamJob = serde_json::from_value(value).unwrap();
         jobs.create(&PostParams::default(), &job).await.unwrap();
     }
 }
 
-/// Waits until every job in `namespace` has a status for its current generation.
-async fn wait_reconciled(client: &kube::Client, namespace: &str, total: usize) -> Duration {
+/// Waits until every job in `namespace` runs: reconciled at its generation, phase Running.
+async fn wait_running(client: &kube::Client, namespace: &str, total: usize) -> Duration {
     let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), namespace);
     let started = Instant::now();
-    let limit = Duration::from_secs(60) + Duration::from_secs(2) * total as u32;
-    support::wait_until(&format!("{total} jobs reconciled"), limit, async || {
+    let limit = Duration::from_secs(120) + Duration::from_secs(2) * total as u32;
+    support::wait_until(&format!("{total} jobs running"), limit, async || {
         let listed = jobs.list(&ListParams::default()).await.ok()?;
-        let reconciled = listed
+        let running = listed
             .items
             .iter()
             .filter(|job| {
-                job.status
-                    .as_ref()
-                    .and_then(|status| status.observed_generation)
-                    == job.metadata.generation
+                job.status.as_ref().is_some_and(|status| {
+                    status.observed_generation == job.metadata.generation
+                        && status.phase == Some(JobPhase::Running)
+                })
             })
             .count();
-        (reconciled == total).then_some(())
+        (running == total).then_some(())
     })
     .await;
     started.elapsed()
 }
 
-async fn measure(
-    client: &kube::Client,
-    operator: u32,
-    window: Duration,
-    jobs: usize,
-    pods: usize,
-) -> Step {
-    let requests_before = request_counts(client).await;
-    let (ticks_before, _) = cpu_and_rss(operator);
+/// Where the measurements of a step come from.
+struct Probes<'a> {
+    client: &'a kube::Client,
+    operator_pid: u32,
+    operator_metrics: &'a str,
+    workers: &'a workers::Workers,
+}
+
+async fn measure(probes: &Probes<'_>, window: Duration, jobs: usize, pods: usize) -> Step {
+    let apiserver_before = request_counts(probes.client).await;
+    let operator_before = operator_requests(probes.operator_metrics).await;
+    let (_, workers_before) = probes.workers.stats();
+    let (ticks_before, _) = cpu_and_rss(probes.operator_pid);
     let started = Instant::now();
     tokio::time::sleep(window).await;
-    let requests_after = request_counts(client).await;
-    let (ticks_after, rss_bytes) = cpu_and_rss(operator);
+    let apiserver_after = request_counts(probes.client).await;
+    let operator_after = operator_requests(probes.operator_metrics).await;
+    let (_, workers_after) = probes.workers.stats();
+    let (ticks_after, rss_bytes) = cpu_and_rss(probes.operator_pid);
     let seconds = started.elapsed().as_secs_f64();
-    let requests = requests_after
-        .iter()
-        .map(|(key, after)| {
-            let before = requests_before.get(key).copied().unwrap_or(0.0);
-            (key.clone(), after - before)
-        })
-        .filter(|(_, count)| *count > 0.0)
-        .collect();
     Step {
         jobs,
         pods,
         seconds,
-        requests,
+        apiserver: difference(&apiserver_before, &apiserver_after),
+        operator: difference(&operator_before, &operator_after),
+        workers: difference(&workers_before, &workers_after),
         cpu_share: (ticks_after - ticks_before) as f64 / clock_ticks_per_second() / seconds,
         rss_bytes,
+        failovers: Vec::new(),
     }
+}
+
+fn print_step(step: &Step) {
+    let (jobs, seconds) = (step.jobs as f64, step.seconds);
+    println!(
+        "{} jobs: operator {:.2} apiserver requests/s ({:.4} a job; all clients {:.1}/s), {:.1}% of a core, {:.0} MiB RSS; workers called {:.0}/s",
+        step.jobs,
+        total(&step.operator, seconds),
+        total(&step.operator, seconds) / jobs,
+        total(&step.apiserver, seconds),
+        step.cpu_share * 100.0,
+        step.rss_bytes as f64 / (1 << 20) as f64,
+        total(&step.workers, seconds),
+    );
+    println!(
+        "  operator's busiest: {}",
+        busiest(&step.operator, seconds, 5)
+    );
+    println!("  workers' busiest: {}", busiest(&step.workers, seconds, 3));
+    if !step.failovers.is_empty() {
+        println!(
+            "  kill -> document received: p50 {:.2}s, max {:.2}s ({} kills)",
+            workers::quantile(&step.failovers, 0.5).as_secs_f64(),
+            workers::quantile(&step.failovers, 1.0).as_secs_f64(),
+            step.failovers.len()
+        );
+    }
+}
+
+fn step_json(step: &Step) -> serde_json::Value {
+    let seconds = step.seconds;
+    let failover = |share: f64| {
+        (!step.failovers.is_empty())
+            .then(|| workers::quantile(&step.failovers, share).as_secs_f64())
+    };
+    serde_json::json!({
+        "jobs": step.jobs,
+        "pods": step.pods,
+        "seconds": seconds,
+        "operator_apiserver_requests_per_second": total(&step.operator, seconds),
+        "operator_apiserver_requests_per_second_by_kind": rates(&step.operator, seconds),
+        "apiserver_requests_per_second_all_clients": total(&step.apiserver, seconds),
+        "apiserver_requests_per_second_all_clients_by_kind": rates(&step.apiserver, seconds),
+        "worker_requests_per_second": total(&step.workers, seconds),
+        "worker_requests_per_second_by_kind": rates(&step.workers, seconds),
+        "operator_cpu_share_of_a_core": step.cpu_share,
+        "operator_rss_bytes": step.rss_bytes,
+        "kill_to_document_seconds": step.failovers.iter().map(Duration::as_secs_f64).collect::<Vec<_>>(),
+        "kill_to_document_p50_seconds": failover(0.5),
+        "kill_to_document_max_seconds": failover(1.0),
+    })
 }
 
 #[tokio::main]
@@ -218,20 +335,28 @@ async fn main() {
         .collect();
     let pods: i32 = setting("SK_FLEET_PODS", "4").parse().unwrap();
     let window = Duration::from_secs(setting("SK_FLEET_WINDOW_SECONDS", "30").parse().unwrap());
+    let kills: usize = setting("SK_FLEET_KILLS", "5").parse().unwrap();
+    let workers = workers::Workers::from_env();
     let client = operator_support::client().await;
     let namespace = operator_support::namespace(&client, "fleet").await;
     let dir = tempfile::tempdir().unwrap();
+    let metrics_address = format!("127.0.0.1:{}", support::free_port());
     let operator = Process::spawn(
         "operator",
         Command::new(env!("CARGO_BIN_EXE_streamkeeper-operator"))
             .args(["run", "--namespace", &namespace, "--identity", "fleet"])
-            .args(["--metrics-addr", "127.0.0.1:0"])
+            .args(["--metrics-addr", &metrics_address])
             .env("RUST_LOG", "warn"),
         dir.path().join("operator.log"),
     );
-    let operator_pid = operator.child.id();
+    let probes = Probes {
+        client: &client,
+        operator_pid: operator.child.id(),
+        operator_metrics: &metrics_address,
+        workers: &workers,
+    };
     println!(
-        "fleet bench: namespace {namespace}, {pods} pods a job (Pending: no node), a {}s window per step",
+        "fleet bench: namespace {namespace}, {pods} pods a job on KWOK's nodes, a {}s window and {kills} kills per step",
         window.as_secs()
     );
 
@@ -240,54 +365,54 @@ async fn main() {
     for &size in &sizes {
         add_jobs(&client, &namespace, created, size, pods).await;
         created = size;
-        let took = wait_reconciled(&client, &namespace, size).await;
+        let took = wait_running(&client, &namespace, size).await;
         println!(
-            "{size} jobs reconciled {:.1}s after the last was created",
+            "{size} jobs running {:.1}s after the last was created",
             took.as_secs_f64()
         );
-        let step = measure(&client, operator_pid, window, size, size * pods as usize).await;
-        println!(
-            "{size} jobs: {:.1} apiserver requests/s ({:.2} a job), operator {:.1}% of a core, {:.0} MiB RSS; most: {}",
-            step.requests_per_second(),
-            step.requests_per_second() / size as f64,
-            step.cpu_share * 100.0,
-            step.rss_bytes as f64 / (1 << 20) as f64,
-            step.busiest(3)
-                .iter()
-                .map(|(key, rate)| format!("{key} {rate:.1}/s"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        let mut step = measure(&probes, window, size, size * pods as usize).await;
+        // Kills spread over the jobs, one at a time, each job whole again before the next.
+        for kill in 0..kills {
+            let job = format!("job{}", kill * size / kills.max(1));
+            step.failovers
+                .push(workers.time_a_kill(&client, &namespace, &job).await);
+        }
+        print_step(&step);
         steps.push(step);
     }
 
-    println!("\n| jobs | pods | apiserver requests/s | a job | operator CPU | operator RSS |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "\n| jobs | pods | operator's apiserver requests/s | a job | all clients' | operator CPU | operator RSS | worker calls/s | kill → document p50 / max |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
     for step in &steps {
+        let failover = if step.failovers.is_empty() {
+            "-".to_string()
+        } else {
+            format!(
+                "{:.2} s / {:.2} s",
+                workers::quantile(&step.failovers, 0.5).as_secs_f64(),
+                workers::quantile(&step.failovers, 1.0).as_secs_f64()
+            )
+        };
         println!(
-            "| {} | {} | {:.1} | {:.2} | {:.1} % of a core | {:.0} MiB |",
+            "| {} | {} | {:.2} | {:.4} | {:.1} | {:.1} % of a core | {:.0} MiB | {:.0} | {failover} |",
             step.jobs,
             step.pods,
-            step.requests_per_second(),
-            step.requests_per_second() / step.jobs as f64,
+            total(&step.operator, step.seconds),
+            total(&step.operator, step.seconds) / step.jobs as f64,
+            total(&step.apiserver, step.seconds),
             step.cpu_share * 100.0,
-            step.rss_bytes as f64 / (1 << 20) as f64
+            step.rss_bytes as f64 / (1 << 20) as f64,
+            total(&step.workers, step.seconds),
         );
     }
     let report = serde_json::json!({
         "bench": "fleet",
-        "part": "control plane only: pods Pending, no worker polled",
         "pods_per_job": pods,
+        "standby_replicas": 1,
         "window_seconds": window.as_secs(),
-        "steps": steps.iter().map(|step| serde_json::json!({
-            "jobs": step.jobs,
-            "pods": step.pods,
-            "seconds": step.seconds,
-            "apiserver_requests_per_second": step.requests_per_second(),
-            "apiserver_requests_per_second_by_kind": step.rates(),
-            "operator_cpu_share_of_a_core": step.cpu_share,
-            "operator_rss_bytes": step.rss_bytes,
-        })).collect::<Vec<_>>(),
+        "steps": steps.iter().map(step_json).collect::<Vec<_>>(),
     });
     let out = std::env::var("BENCH_OUT").unwrap_or_else(|_| {
         format!(

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use streamkeeper::controller::{Context, Settings};
 use streamkeeper::leader::{LeaderElector, LeaseSettings, Lost};
-use streamkeeper::leader::{Leadership, leader_only_client};
+use streamkeeper::leader::{Leadership, leader_only_builder};
+use streamkeeper::telemetry::api_requests::CountedRequests;
 use streamkeeper::telemetry::metrics::Metrics;
 use tokio::sync::watch;
 
@@ -298,8 +299,10 @@ async fn run(args: RunArgs) -> Result<(), RunError> {
     // The Lease is read and written without the write guard: it is how leadership is kept.
     let lease_client = Client::try_from(config.clone())?;
     let leadership = Leadership::elected();
-    let client = leader_only_client(config, &leadership)?;
     let metrics = Arc::new(Metrics::new());
+    let client = leader_only_builder(config, &leadership)?
+        .with_layer(&CountedRequests::new(Arc::clone(&metrics)))
+        .build();
 
     let (stop_sender, stop) = watch::channel(false);
     tokio::spawn(async move {

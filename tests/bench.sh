@@ -20,8 +20,11 @@ declare -A ports=([kafka]=19092 [s3]=18333 [kube]=16443)
 
 started=()
 stop_services() {
-  local status=$?
-  for service in "${started[@]}"; do "$services/$service.sh" stop || true; done
+  local status=$? index
+  # In reverse: the fleet's simulated nodes are deleted through the apiserver before it stops.
+  for (( index = ${#started[@]} - 1; index >= 0; index-- )); do
+    "$services/${started[index]}.sh" stop || true
+  done
   exit "$status"
 }
 trap stop_services EXIT
@@ -54,6 +57,15 @@ for bench in "${benches[@]}"; do
     # build's.)
     log "== bench $bench ($(date +%T)); a few minutes per scenario"
     cargo build --workspace --all-targets --locked
+    if [[ $bench == fleet ]]; then
+      # The fleet's pods run on KWOK's simulated nodes, and one process answers for their workers
+      # (test-tools/fleet-workers); only this bench uses either, so both stop when it ends.
+      for service in kwok fleet-workers; do
+        started+=("$service")
+        "$services/$service.sh" start || die "$service did not start; the fleet bench needs it"
+        while IFS= read -r line; do export "${line?}"; done < <("$services/$service.sh" env)
+      done
+    fi
     cargo bench --workspace --locked --profile dev --bench "$bench"
     continue
   fi

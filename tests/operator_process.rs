@@ -1,12 +1,15 @@
 //! The operator binary itself against the real apiserver, Kafka and S3: two processes elect one
 //! leader through a Lease, the leader reconciles through its Controller and serves metrics,
-//! killing it hands leadership to the other, and SIGTERM releases the Lease.
+//! killing it hands leadership to the other, and SIGTERM releases the Lease. And what a settled
+//! job costs the apiserver: its reconciles read and write nothing there, counted by the
+//! operator itself.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test code
 
 mod operator_support;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use operator_support::process::{Operator, holder};
 use operator_support::support::wait_until;
@@ -14,6 +17,7 @@ use operator_support::{support, *};
 use std::process::Command;
 use std::time::Duration;
 use streamkeeper::api::StatefulStreamJob;
+use streamkeeper::k8s::names;
 
 #[tokio::test]
 async fn two_operators_elect_one_leader_and_the_other_takes_over() {
@@ -146,5 +150,123 @@ async fn two_operators_elect_one_leader_and_the_other_takes_over() {
     assert_eq!(holder(&leases).await, None, "the Lease was released");
     assert!(operators[0].log().contains("released the leader Lease"));
 
+    delete_namespace(&client, &namespace).await;
+}
+
+/// The sum of the operator's counter samples whose line starts with `series` (a name and the
+/// start of its labels).
+fn counted(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|line| line.starts_with(series))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// What the operator has sent to the apiserver for a job's reconciles, and how many ran.
+#[derive(Debug, PartialEq)]
+struct Sent {
+    applies: f64,
+    secret_reads: f64,
+    job_reads: f64,
+}
+
+fn sent(metrics: &str) -> Sent {
+    let requests = "streamkeeper_operator_apiserver_requests_total";
+    Sent {
+        applies: counted(metrics, &format!("{requests}{{verb=\"apply\"")),
+        secret_reads: counted(
+            metrics,
+            &format!("{requests}{{verb=\"get\",resource=\"secrets\"}}"),
+        ),
+        job_reads: counted(
+            metrics,
+            &format!("{requests}{{verb=\"get\",resource=\"statefulstreamjobs\"}}"),
+        ),
+    }
+}
+
+#[tokio::test]
+async fn a_settled_job_is_reconciled_without_reading_or_applying_anything() {
+    let client = client().await;
+    let namespace = namespace(&client, "op-quiet").await;
+    let input = support::unique_name("op-quiet-in");
+    create_topic(&input, 2, &[]).await;
+    let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), &namespace);
+    let name = "counts";
+    jobs.create(
+        &PostParams::default(),
+        &job(name, &input, &support::unique_name("op-quiet")),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(&namespace, "operator-quiet", dir.path());
+    let address = wait_until("the metrics address", TIMEOUT, async || {
+        operator.metrics_address()
+    })
+    .await;
+    let metrics = async || metrics_text(&address).await.unwrap_or_default();
+    let reconciles = |metrics: &str| {
+        counted(
+            metrics,
+            "streamkeeper_operator_reconciles_total{outcome=\"success\"}",
+        )
+    };
+    let unchanged = |metrics: &str| {
+        counted(
+            metrics,
+            "streamkeeper_operator_object_applies_total{kind=\"StatefulSet\",outcome=\"unchanged\"}",
+        )
+    };
+    // Settled: a reconcile found the StatefulSet as it would apply it. The pods stay Pending
+    // (no node), so the job is looked at again every few seconds.
+    let settled = wait_until("a reconcile that applies nothing", TIMEOUT, async || {
+        let now = metrics().await;
+        (unchanged(&now) >= 1.0).then_some(now)
+    })
+    .await;
+    let before = sent(&settled);
+    assert!(
+        before.applies >= 4.0,
+        "the first reconcile applied: {before:?}"
+    );
+    let later = wait_until(
+        "three more reconciles",
+        Duration::from_secs(60),
+        async || {
+            let now = metrics().await;
+            (reconciles(&now) >= reconciles(&settled) + 3.0).then_some(now)
+        },
+    )
+    .await;
+    assert_eq!(
+        sent(&later),
+        before,
+        "a settled job's reconciles send no apply and read no Secret and no job"
+    );
+
+    // Someone else's edit of a field the operator sets is put back (its watch triggers the
+    // reconcile), so the comparison with the cache does not hide a change.
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    let config_name = names::worker_config_map(name);
+    let config = maps.get(&config_name).await.expect("the job's ConfigMap");
+    let (key, value) = config.data.clone().unwrap().into_iter().next().unwrap();
+    maps.patch(
+        &config_name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"data": {&key: "edited: by hand"}})),
+    )
+    .await
+    .unwrap();
+    wait_until("the ConfigMap put back", TIMEOUT, async || {
+        let data = maps.get(&config_name).await.ok()?.data?;
+        (data.get(&key) == Some(&value)).then_some(())
+    })
+    .await;
+    let after_edit = sent(&metrics().await);
+    assert!(after_edit.applies > before.applies, "{after_edit:?}");
+
+    drop(operator);
     delete_namespace(&client, &namespace).await;
 }

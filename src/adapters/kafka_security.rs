@@ -3,10 +3,9 @@
 //! PEM text and credentials to librdkafka directly (`ssl.*.pem`, `sasl.*`), so nothing secret
 //! is written to disk.
 
+use crate::adapters::secret_reads::SecretReads;
 use crate::api::{KafkaSaslSpec, KafkaTlsSpec, SaslMechanism, SecretKeyRef};
-use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
-use kube::api::Api;
 use rdkafka::config::ClientConfig;
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -88,7 +87,7 @@ impl KafkaClientSecurity {
 
     /// Reads the Secrets `tls` and `sasl` name, in `namespace`. `None` without either.
     pub async fn read(
-        client: &Client,
+        (client, reads): (&Client, &SecretReads),
         namespace: &str,
         tls: Option<&KafkaTlsSpec>,
         sasl: Option<&KafkaSaslSpec>,
@@ -96,7 +95,7 @@ impl KafkaClientSecurity {
         if tls.is_none() && sasl.is_none() {
             return Ok(None);
         }
-        let mut secrets = SecretCache::new(client, namespace);
+        let mut secrets = SecretCache::new((client, reads), namespace);
         let tls = match tls {
             None => None,
             Some(spec) => Some(TlsMaterial {
@@ -133,17 +132,19 @@ pub fn mechanism_name(mechanism: SaslMechanism) -> &'static str {
     }
 }
 
-/// Reads each Secret once per reconcile.
+/// Reads each Secret once per reconcile, or not at all while [`SecretReads`] keeps it.
 struct SecretCache<'a> {
-    api: Api<Secret>,
+    client: &'a Client,
+    reads: &'a SecretReads,
     namespace: &'a str,
     read: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl<'a> SecretCache<'a> {
-    fn new(client: &Client, namespace: &'a str) -> Self {
+    fn new((client, reads): (&'a Client, &'a SecretReads), namespace: &'a str) -> Self {
         Self {
-            api: Api::namespaced(client.clone(), namespace),
+            client,
+            reads,
             namespace,
             read: BTreeMap::new(),
         }
@@ -161,16 +162,16 @@ impl<'a> SecretCache<'a> {
         };
         if !self.read.contains_key(name) {
             let secret = self
-                .api
-                .get_opt(name)
+                .reads
+                .get_opt(self.client, self.namespace, name)
                 .await
                 .map_err(|e| failure(format!("could not be read: {e}")))?
                 .ok_or_else(|| failure("does not exist".into()))?;
             let data = secret
                 .data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
                 .collect();
             self.read.insert(name.to_string(), data);
         }

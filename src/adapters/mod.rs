@@ -1,6 +1,6 @@
-//! The operator's clients of everything it talks to besides the apiserver. Each turns a
-//! service's answers and failures into typed results the controller and the failover loops
-//! judge; none decides anything on its own.
+//! The operator's clients of everything it talks to besides the apiserver's own objects. Each
+//! turns a service's answers and failures into typed results the controller and the failover
+//! loops judge; none decides anything on its own.
 //!
 //! - [`kafka_admin`]: topics (the changelog, the dead-letter topic), their configs and the
 //!   input's offsets, through one cached admin client per cluster; [`kafka_security`] turns a
@@ -9,6 +9,8 @@
 //! - [`checkpoints`]: the checkpoint manifests in S3, read as the workers wrote them, and the
 //!   deletion of a job's objects.
 //! - [`wasm_module`]: a WebAssembly processor's component in S3: there or not, and its digest.
+//! - [`secret_reads`]: the Secrets holding those services' credentials (and the worker token),
+//!   kept a while instead of read at every reconcile.
 //! - [`worker_client`]: the workers' HTTP API: task reports, assignment documents, checkpoint
 //!   requests.
 
@@ -16,5 +18,6 @@ pub mod changelog_owner;
 pub mod checkpoints;
 pub mod kafka_admin;
 pub mod kafka_security;
+pub mod secret_reads;
 pub mod wasm_module;
 pub mod worker_client;

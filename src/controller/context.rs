@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Settings of the reconcile that are not part of any job.
@@ -58,6 +58,15 @@ pub struct Context {
     /// The controller's watch cache of the worker pods, once it runs: every failover loop reads
     /// its job's pods here instead of listing them.
     pub pods: std::sync::OnceLock<kube::runtime::reflector::Store<Pod>>,
+    /// The Secrets the reconciles read, kept a while ([`crate::adapters::secret_reads`]).
+    pub secrets: crate::adapters::secret_reads::SecretReads,
+    /// Each job's reconcile-relevant hash when it was last reconciled: a job that changed since
+    /// reads its Secrets anew.
+    looked_at: Mutex<HashMap<String, u64>>,
+    /// This process's last write of each job's status (see [`crate::k8s::status`]).
+    pub status_writes: crate::k8s::status::StatusWrites,
+    /// The controller's watch caches of the objects it applies, once it runs.
+    pub owned: std::sync::OnceLock<crate::k8s::owned_cache::OwnedCaches>,
     /// The digests of the WebAssembly modules read, so each object version is read once.
     pub modules: crate::adapters::wasm_module::ModuleDigests,
 }
@@ -83,6 +92,10 @@ impl Context {
             verified: Default::default(),
             jobs: std::sync::OnceLock::new(),
             pods: std::sync::OnceLock::new(),
+            owned: std::sync::OnceLock::new(),
+            status_writes: Default::default(),
+            secrets: Default::default(),
+            looked_at: Mutex::new(HashMap::new()),
             modules: Default::default(),
         }
     }
@@ -124,5 +137,18 @@ impl Context {
 
     pub(crate) fn succeeded(&self, key: &str) {
         self.failures().remove(key);
+    }
+
+    /// Whether job `key` changed (its spec, annotations or labels: `relevant` is
+    /// [`crate::controller::relevant::reconcile_relevant`]'s hash) since this process last looked.
+    pub(crate) fn changed_since_last_look(&self, key: &str, relevant: Option<u64>) -> bool {
+        let mut looked_at = self
+            .looked_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match relevant {
+            Some(hash) => looked_at.insert(key.to_string(), hash) != Some(hash),
+            None => true,
+        }
     }
 }

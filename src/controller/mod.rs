@@ -42,6 +42,7 @@ pub mod cadence;
 pub mod context;
 pub mod error;
 pub mod reconcile;
+pub mod relevant;
 pub mod run;
 
 #[cfg(test)]

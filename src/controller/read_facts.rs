@@ -15,7 +15,7 @@ use crate::controller::{Context, ReconcileError, ValidatedJob};
 use crate::k8s::apply::ApiError;
 use crate::k8s::{names, ownership, pod_cache};
 use crate::retention::{RetentionViolation, TopicRetention};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use std::collections::BTreeSet;
@@ -92,7 +92,7 @@ pub(crate) async fn kafka_for_job(
     job: &ValidatedJob,
 ) -> Result<KafkaAdmin, ReconcileError> {
     let security = KafkaClientSecurity::read(
-        &ctx.client,
+        (&ctx.client, &ctx.secrets),
         &job.namespace,
         job.kafka.tls.as_ref(),
         job.kafka.sasl.as_ref(),
@@ -252,13 +252,13 @@ async fn read_access_keys(
         name: secret_ref.name.clone(),
         reason,
     };
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let secret = secrets
-        .get_opt(&secret_ref.name)
+    let secret = ctx
+        .secrets
+        .get_opt(&ctx.client, namespace, &secret_ref.name)
         .await
         .map_err(|e| failure(format!("could not be read: {e}")))?
         .ok_or_else(|| failure("does not exist".into()))?;
-    let data = secret.data.unwrap_or_default();
+    let data = secret.data.clone().unwrap_or_default();
     let value = |key: &str| {
         data.get(key)
             .map(|bytes| String::from_utf8_lossy(&bytes.0).trim().to_string())

@@ -51,6 +51,11 @@ pub async fn reconcile(
 ) -> Result<Action, ReconcileError> {
     let timer = ctx.metrics.reconcile_started();
     let key = job_key(&job);
+    let namespace = job.namespace().unwrap_or_default();
+    // A changed job (a rotation is announced by touching it) reads its Secrets anew.
+    if ctx.changed_since_last_look(&key, crate::controller::relevant::reconcile_relevant(&job)) {
+        ctx.secrets.forget_namespace(&namespace);
+    }
     let result = reconcile_with_finalizer(job, &ctx).await;
     match &result {
         Ok(_) => {
@@ -58,6 +63,8 @@ pub async fn reconcile(
             timer.done(None);
         }
         Err(error) => {
+            // Stale keys that S3 or Kafka refuse are read again on the retry.
+            ctx.secrets.forget_namespace(&namespace);
             tracing::warn!(job = %key, category = error.category(), %error, "reconcile failed");
             timer.done(Some(error.category()));
         }
@@ -132,11 +139,17 @@ const UNCHECKED_BEFORE_APPLY: &[&str] =
     &[types::CHANGELOG_READY, types::RETENTION_SAFE, types::READY];
 
 async fn apply_job(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, ReconcileError> {
-    // The watch cache can still hold the status from before the previous reconcile's own write.
     // What the status keeps (the final checkpoint's outcome, merged conditions) must be merged
-    // into the current status, so read it.
-    let Some(current) = current_job(ctx, job).await? else {
-        return Ok(Action::await_change());
+    // into the current status. The watch cache can still hold the status from before this
+    // process's last write: then read the job (in steady state the cache is current, and a
+    // reconcile reads nothing from the apiserver).
+    let current = if ctx.status_writes.seen_in(job) {
+        job.clone()
+    } else {
+        match current_job(ctx, job).await? {
+            Some(current) => current,
+            None => return Ok(Action::await_change()),
+        }
     };
     let job = &current;
     let mut observation = Observation {
@@ -436,11 +449,10 @@ async fn apply_desired(
     observation: &mut Observation,
 ) -> Result<StatefulSet, Halt> {
     let outcome = apply::apply(
-        &ctx.client,
+        ctx,
         kafka,
         (&validated.namespace, &validated.name),
         desired,
-        &ctx.verified,
         claimant,
     )
     .await;
@@ -490,6 +502,8 @@ async fn current_job(
 async fn on_delete(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, ReconcileError> {
     ctx.failovers
         .stop(&job.namespace().unwrap_or_default(), &job.name_any());
+    ctx.status_writes
+        .forget(&job.namespace().unwrap_or_default(), &job.name_any());
     ctx.verified.forget(&job.uid().unwrap_or_default());
     if job.spec.deletion_policy == DeletionPolicy::Retain {
         tracing::info!(job = %job_key(job), "deleted; changelog and checkpoints retained");

@@ -10,15 +10,18 @@
 use crate::api::StatefulStreamJob;
 use crate::controller::Context;
 use crate::controller::reconcile::{error_policy, reconcile};
+use crate::controller::relevant::reconcile_relevant;
 use crate::k8s::labels;
-use futures::StreamExt;
+use crate::k8s::owned_cache::OwnedCaches;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::runtime::controller::{self, Controller};
+use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use std::fmt::Debug;
 use std::future::Future;
@@ -47,9 +50,6 @@ pub async fn run(
 ) {
     let client = ctx.client.clone();
     let namespace = namespace.as_deref();
-    // Only objects the operator made: the watch caches stay small in a busy cluster.
-    let owned =
-        watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
     let (reader, writer) = reflector::store();
     // The reconciles read the other jobs (one changelog per job) from this cache.
     if ctx.jobs.set(reader.clone()).is_err() {
@@ -70,13 +70,30 @@ pub async fn run(
     if let Some(refreshes) = ctx.failovers.refresh.take_requests() {
         controller = controller.reconcile_on(refreshes);
     }
+    // The owned objects' watches trigger their job's reconcile and fill the caches the apply
+    // step compares with (an object already as desired is not applied again).
+    let (stateful_sets, stateful_set_changes) = watch_owned::<StatefulSet>(&client, namespace);
+    let (config_maps, config_map_changes) = watch_owned::<ConfigMap>(&client, namespace);
+    let (services, service_changes) = watch_owned::<Service>(&client, namespace);
+    let (budgets, budget_changes) = watch_owned::<PodDisruptionBudget>(&client, namespace);
+    let caches = OwnedCaches {
+        stateful_sets,
+        config_maps,
+        services,
+        budgets,
+    };
+    if ctx.owned.set(caches).is_err() {
+        tracing::warn!(
+            "the owned object caches were set before: a second controller in one process"
+        );
+    }
     let controller = controller
-        .owns(scoped::<StatefulSet>(&client, namespace), owned.clone())
-        .owns(scoped::<ConfigMap>(&client, namespace), owned.clone())
-        .owns(scoped::<Service>(&client, namespace), owned.clone())
+        .owns_stream(stateful_set_changes)
+        .owns_stream(config_map_changes)
+        .owns_stream(service_changes)
         // Not the worker token Secret: watching it would need `list`/`watch` on every Secret
         // of the namespace; a deleted one is recreated at the next reconcile instead.
-        .owns(scoped::<PodDisruptionBudget>(&client, namespace), owned)
+        .owns_stream(budget_changes)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -90,6 +107,37 @@ pub async fn run(
         () = controller => {}
         () = worker_pods => {}
     }
+}
+
+/// The watch of the objects of kind `K` the operator made (only those: the caches stay small in
+/// a busy cluster), as a cache and the stream of changes that triggers their jobs' reconciles.
+/// Managed fields are dropped from the cache: nothing reads them, and they are a large share of
+/// each object.
+fn watch_owned<K>(
+    client: &Client,
+    namespace: Option<&str>,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let owned =
+        watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
+    let (reader, writer) = reflector::store();
+    let changes = watcher(scoped::<K>(client, namespace), owned)
+        .default_backoff()
+        .modify(|object| object.managed_fields_mut().clear())
+        .reflect(writer)
+        .touched_objects();
+    (reader, changes)
 }
 
 /// The watch of every worker pod (the operator's own, in `namespace` or all), kept in a cache
@@ -122,53 +170,4 @@ fn watch_worker_pods(
             tracing::warn!(%error, "the worker pod watch failed; retrying");
         }
     })
-}
-
-/// A hash of what a reconcile acts on: the spec (through `generation`), deletion, finalizers,
-/// annotations and labels. The status and `resourceVersion` are left out.
-pub fn reconcile_relevant(job: &StatefulStreamJob) -> Option<u64> {
-    use std::hash::{Hash, Hasher};
-    let meta = &job.metadata;
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    meta.generation.hash(&mut hasher);
-    meta.deletion_timestamp
-        .as_ref()
-        .map(|time| time.0.as_millisecond())
-        .hash(&mut hasher);
-    meta.finalizers.hash(&mut hasher);
-    meta.annotations.hash(&mut hasher);
-    meta.labels.hash(&mut hasher);
-    Some(hasher.finish())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::{JobPhase, StatefulStreamJobStatus};
-
-    #[test]
-    fn status_writes_do_not_trigger_a_reconcile_but_spec_and_metadata_changes_do() {
-        let mut job = crate::controller::test_support::job();
-        job.metadata.generation = Some(3);
-        job.metadata.resource_version = Some("100".into());
-        let before = reconcile_relevant(&job);
-        job.status = Some(StatefulStreamJobStatus {
-            phase: Some(JobPhase::Running),
-            ready_tasks: Some("4/4".into()),
-            ..StatefulStreamJobStatus::default()
-        });
-        job.metadata.resource_version = Some("101".into());
-        assert_eq!(reconcile_relevant(&job), before, "a status write");
-        for change in [
-            |job: &mut StatefulStreamJob| job.metadata.generation = Some(4),
-            |job: &mut StatefulStreamJob| job.metadata.finalizers = Some(vec!["f".into()]),
-            |job: &mut StatefulStreamJob| {
-                job.metadata.annotations = Some([("a".to_string(), "b".to_string())].into())
-            },
-        ] {
-            let mut changed = job.clone();
-            change(&mut changed);
-            assert_ne!(reconcile_relevant(&changed), before);
-        }
-    }
 }

@@ -28,7 +28,7 @@ pub async fn update_status(
     let name = job.name_any();
     let fields = serde_json::to_value(&next).unwrap_or_default();
     merge_status(
-        &ctx.client,
+        (&ctx.client, &ctx.status_writes),
         (&namespace, &name),
         fields,
         "update the status of",

@@ -8,13 +8,17 @@
 //! - [`events`]: Events about a job;
 //! - [`status`]: merge patches of a job's status fields;
 //! - [`worker_token`]: the job's worker token Secret, created once and read back;
-//! - [`pod_cache`]: the one watch of the worker pods, read instead of a list per job.
+//! - [`pod_cache`]: the one watch of the worker pods, read instead of a list per job;
+//! - [`owned_cache`], [`unchanged`]: the watch caches of the objects applied for the jobs, and
+//!   whether an apply would change anything, so that steady state sends no apply.
 
 pub mod apply;
 pub mod events;
 pub mod labels;
 pub mod names;
+pub mod owned_cache;
 pub mod ownership;
 pub mod pod_cache;
 pub mod status;
+pub mod unchanged;
 pub mod worker_token;

@@ -12,6 +12,7 @@
 //! RBAC: `get` and `create` on Secrets, nothing else (no `list`/`watch`, so the operator does not
 //! watch Secrets for this; a deleted one comes back at the next reconcile).
 
+use crate::adapters::secret_reads::SecretReads;
 use crate::k8s::apply::ApiError;
 use crate::k8s::names;
 use crate::k8s::ownership::{self, ForeignObject};
@@ -81,21 +82,29 @@ pub async fn read(
 /// `desired`'s owner reference, else [`WorkerTokenError::Foreign`]), otherwise created with a
 /// new random token (and read back if another writer created it first).
 pub async fn ensure(
-    client: &Client,
+    (client, reads): (&Client, &SecretReads),
     namespace: &str,
     desired: &Secret,
 ) -> Result<WorkerToken, WorkerTokenError> {
     let name = desired.metadata.name.clone().unwrap_or_default();
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let existing = api
-        .get_opt(&name)
+    let existing = reads
+        .get_opt(client, namespace, &name)
         .await
         .map_err(|source| api_error("read", namespace, &name, source))?;
     if let Some(secret) = existing {
-        if let Some(owner) = desired.metadata.owner_references.iter().flatten().next() {
-            ownership::check("Secret", namespace, &secret.metadata, owner)?;
+        let owner = desired.metadata.owner_references.iter().flatten().next();
+        let checked = match owner {
+            Some(owner) => ownership::check("Secret", namespace, &secret.metadata, owner)
+                .map_err(WorkerTokenError::from),
+            None => Ok(()),
+        };
+        // A refused Secret is read again next time: it may be gone or fixed by then.
+        let token = checked.and_then(|()| token_of(&secret, namespace, &name));
+        if token.is_err() {
+            reads.forget(namespace, &name);
         }
-        return token_of(&secret, namespace, &name);
+        return token;
     }
     let token = generate()?;
     let mut secret = desired.clone();

@@ -11,6 +11,7 @@
 //! late finds it passed before it can send anything.
 
 use http::{Method, Request};
+use kube::client::{ClientBuilder, DynBody};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -175,13 +176,43 @@ where
 /// allows. Its built-in retry of 429/503/504 is off, because a retry inside the client would be
 /// sent without passing the check again; the controller's backoff retries instead.
 pub fn leader_only_client(
-    mut config: kube::Config,
+    config: kube::Config,
     leadership: &Leadership,
 ) -> Result<kube::Client, kube::Error> {
+    Ok(leader_only_builder(config, leadership)?.build())
+}
+
+/// The kube client's service behind the write guard, which more layers may wrap.
+pub trait GuardedService:
+    Service<
+        Request<kube::client::Body>,
+        Response = http::Response<Box<DynBody>>,
+        Error = BoxError,
+        Future: Send + 'static,
+    > + Send
+    + 'static
+{
+}
+
+impl<S> GuardedService for S where
+    S: Service<
+            Request<kube::client::Body>,
+            Response = http::Response<Box<DynBody>>,
+            Error = BoxError,
+            Future: Send + 'static,
+        > + Send
+        + 'static
+{
+}
+
+/// The builder of a [`leader_only_client`], for more layers on top (the binary counts its
+/// requests).
+pub fn leader_only_builder(
+    mut config: kube::Config,
+    leadership: &Leadership,
+) -> Result<ClientBuilder<impl GuardedService>, kube::Error> {
     config.default_retry = false;
-    Ok(kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&LeaderOnlyWrites::new(leadership.clone()))
-        .build())
+    Ok(ClientBuilder::try_from(config)?.with_layer(&LeaderOnlyWrites::new(leadership.clone())))
 }
 
 #[cfg(test)]

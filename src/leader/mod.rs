@@ -6,6 +6,7 @@ pub mod deadline;
 pub mod election;
 
 pub use deadline::{
-    LeaderOnlyWrites, LeaderOnlyWritesService, Leadership, NotLeading, leader_only_client,
+    LeaderOnlyWrites, LeaderOnlyWritesService, Leadership, NotLeading, leader_only_builder,
+    leader_only_client,
 };
 pub use election::{LeaderElector, LeaseError, LeaseSettings, Lost};

@@ -25,6 +25,22 @@ pub struct CategoryLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApplyLabels {
+    /// The object's kind: `StatefulSet`, `ConfigMap`, `Service`, `PodDisruptionBudget`.
+    pub kind: String,
+    /// `applied` (sent to the apiserver) or `unchanged` (the watch cache held it as desired).
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiRequestLabels {
+    /// `get`, `list`, `watch`, `apply`, `patch`, `create`, `update`, `delete`.
+    pub verb: &'static str,
+    /// The resource, with its subresource: `secrets`, `statefulstreamjobs/status`.
+    pub resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: &'static str,
 }
@@ -45,6 +61,8 @@ pub struct Metrics {
     failover: Histogram,
     handoff_stall: Histogram,
     assignment_refusals: Family<ReasonLabels, Counter>,
+    applies: Family<ApplyLabels, Counter>,
+    apiserver_requests: Family<ApiRequestLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -139,6 +157,18 @@ impl Metrics {
                 reason: reason.label(),
             }));
         }
+        let applies = Family::<ApplyLabels, Counter>::default();
+        r.register(
+            "object_applies",
+            "Owned objects a reconcile would apply, by kind and outcome (unchanged: not sent, the watch cache held it as desired)",
+            applies.clone(),
+        );
+        let apiserver_requests = Family::<ApiRequestLabels, Counter>::default();
+        r.register(
+            "apiserver_requests",
+            "Requests this operator sent to the apiserver, by verb and resource",
+            apiserver_requests.clone(),
+        );
         Self {
             registry,
             families,
@@ -153,6 +183,8 @@ impl Metrics {
             failover,
             handoff_stall,
             assignment_refusals,
+            applies,
+            apiserver_requests,
         }
     }
 
@@ -189,6 +221,24 @@ impl Metrics {
     pub fn assignment_refused(&self, reason: &'static str) {
         self.assignment_refusals
             .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// An owned object of `kind` was applied, or found `unchanged` and not sent.
+    pub fn object_apply(&self, kind: &str, unchanged: bool) {
+        let outcome = if unchanged { "unchanged" } else { "applied" };
+        self.applies
+            .get_or_create(&ApplyLabels {
+                kind: kind.to_string(),
+                outcome,
+            })
+            .inc();
+    }
+
+    /// A request to the apiserver, `verb` on `resource`.
+    pub fn apiserver_request(&self, verb: &'static str, resource: String) {
+        self.apiserver_requests
+            .get_or_create(&ApiRequestLabels { verb, resource })
             .inc();
     }
 

@@ -15,20 +15,22 @@ pub mod owner_marker;
 use crate::adapters::kafka_admin::DesiredTopic;
 use crate::adapters::kafka_admin::{Creation, KafkaAdmin, KafkaAdminError};
 use crate::api::status::CreatedTopic;
-use crate::controller::DesiredResources;
 use crate::controller::build::DesiredTopics;
 pub use crate::controller::error::ApplyError;
+use crate::controller::{Context, DesiredResources};
 pub use crate::k8s::apply::{ApiError, server_side_apply};
+use crate::k8s::owned_cache::{CachedKind, OwnedCaches};
 use crate::k8s::ownership::{self, Verified};
 use crate::k8s::status;
+use crate::k8s::unchanged;
 use crate::k8s::worker_token::{self, WorkerTokenError};
 use crate::retention::{self, RetentionViolation};
-use k8s_openapi::NamespaceResourceScope;
+use crate::telemetry::metrics::Metrics;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube::Client;
 use kube::api::Api;
-use kube::{Client, Resource};
 pub use owner_marker::ChangelogClaimant;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -54,13 +56,13 @@ pub enum ApplyOutcome {
 /// names another job (`changelog_claimant`: the job as it claims its changelog); `verified`
 /// remembers the ones that are the job's.
 pub async fn apply(
-    client: &Client,
+    ctx: &Context,
     kafka: &KafkaAdmin,
     (namespace, job): (&str, &str),
     desired: &DesiredResources,
-    verified: &Verified,
     changelog_claimant: &ChangelogClaimant<'_>,
 ) -> Result<ApplyOutcome, ApplyError> {
+    let (client, verified) = (&ctx.client, &ctx.verified);
     let DesiredResources {
         config_map,
         stateful_set,
@@ -72,22 +74,16 @@ pub async fn apply(
     let mut created = BTreeMap::new();
     let ensured = ensure_topics(kafka, topics, &mut created).await;
     // Recorded even when a later topic failed: what was created must not be forgotten.
-    record_created_topics(client, namespace, job, &created).await?;
+    record_created_topics(ctx, namespace, job, &created).await?;
     let changelog_delete_retention_ms = match ensured? {
         Ok(delete_retention_ms) => delete_retention_ms,
         Err(violation) => return Ok(ApplyOutcome::ChangelogRefused(violation)),
     };
     // One changelog per job, across clusters: claimed before any worker can write to it.
-    owner_marker::claim_changelog(
-        (client, kafka),
-        &topics.changelog.name,
-        changelog_claimant,
-        verified,
-    )
-    .await??;
+    owner_marker::claim_changelog(ctx, kafka, &topics.changelog.name, changelog_claimant).await??;
     // Before the StatefulSet: its pods mount the Secret and cannot start without it. The token is
     // read back here only to prove it usable; the suspend step reads it when it needs it.
-    worker_token::ensure(client, namespace, worker_token)
+    worker_token::ensure((client, &ctx.secrets), namespace, worker_token)
         .await
         .map_err(|error| match error {
             WorkerTokenError::Foreign(foreign) => ApplyError::Foreign(foreign),
@@ -97,6 +93,8 @@ pub async fn apply(
         client,
         namespace,
         verified,
+        caches: ctx.owned.get(),
+        metrics: &ctx.metrics,
     };
     owned.apply(config_map).await?;
     owned.apply(service).await?;
@@ -180,7 +178,7 @@ fn created_topic(role: &str, topic: &DesiredTopic) -> CreatedTopic {
 /// Adds `created` to the job's `status.createdTopics`. A merge patch of the map adds keys and
 /// removes none, so neither a concurrent status write nor an older status overwrites them.
 async fn record_created_topics(
-    client: &Client,
+    ctx: &Context,
     namespace: &str,
     job: &str,
     created: &BTreeMap<String, CreatedTopic>,
@@ -190,7 +188,8 @@ async fn record_created_topics(
     }
     let fields = serde_json::json!({ "createdTopics": created });
     let action = "record the created topics in the status of";
-    status::merge_status(client, (namespace, job), fields, action).await?;
+    let writer = (&ctx.client, &ctx.status_writes);
+    status::merge_status(writer, (namespace, job), fields, action).await?;
     tracing::info!(%namespace, %job, topics = ?created.keys().collect::<Vec<_>>(), "created topics recorded");
     Ok(())
 }
@@ -226,43 +225,65 @@ struct Owned<'a> {
     client: &'a Client,
     namespace: &'a str,
     verified: &'a Verified,
+    /// The controller's watch caches, when it runs: an object they hold as desired is not
+    /// applied again.
+    caches: Option<&'a OwnedCaches>,
+    metrics: &'a Metrics,
 }
 
 impl Owned<'_> {
-    /// [`server_side_apply`] of `object`, after checking that an object of its name, if there
-    /// is one, is the job's (named by `object`'s owner reference); read once per object and
-    /// operator start ([`Verified`]).
+    /// [`server_side_apply`] of `object` (with its [`unchanged::APPLIED_HASH`]), after checking
+    /// that an object of its name, if there is one, is the job's (named by `object`'s owner
+    /// reference); read once per object and operator start ([`Verified`]). Nothing is sent
+    /// when the watch cache holds the object as desired: the cached object is returned.
     async fn apply<K>(&self, object: &K) -> Result<K, ApplyError>
     where
-        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + Serialize
-            + DeserializeOwned
-            + Debug,
+        K: CachedKind + Serialize + DeserializeOwned + Debug,
     {
         let kind = K::kind(&()).to_string();
         let name = object.meta().name.clone().unwrap_or_default();
+        let desired = unchanged::with_applied_hash(object);
+        let cached = self
+            .caches
+            .and_then(|caches| caches.get::<K>(self.namespace, &name));
+        if let Some(current) = &cached
+            && unchanged::already_applied(&desired, current.as_ref())
+        {
+            self.metrics.object_apply(&kind, true);
+            return Ok(K::clone(current));
+        }
         let owner = object.meta().owner_references.iter().flatten().next();
         if let Some(owner) = owner
             && !self.verified.contains(owner, &kind, &name)
         {
-            let api: Api<K> = Api::namespaced(self.client.clone(), self.namespace);
-            let existing = api.get_opt(&name).await.map_err(|source| ApiError {
-                action: "read",
-                kind: kind.clone(),
-                namespace: self.namespace.to_string(),
-                name: name.clone(),
-                source,
-            })?;
+            let existing = match cached {
+                Some(current) => Some(K::clone(&current)),
+                None => self.read::<K>(&kind, &name).await?,
+            };
             if let Some(existing) = existing {
                 ownership::check(&kind, self.namespace, existing.meta(), owner)?;
             }
         }
-        let applied = server_side_apply(self.client, self.namespace, object).await?;
+        let applied = server_side_apply(self.client, self.namespace, &desired).await?;
+        self.metrics.object_apply(&kind, false);
         if let Some(owner) = owner {
             self.verified.insert(owner, &kind, &name);
         }
         Ok(applied)
+    }
+
+    async fn read<K>(&self, kind: &str, name: &str) -> Result<Option<K>, ApiError>
+    where
+        K: CachedKind + DeserializeOwned + Debug,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), self.namespace);
+        api.get_opt(name).await.map_err(|source| ApiError {
+            action: "read",
+            kind: kind.to_string(),
+            namespace: self.namespace.to_string(),
+            name: name.to_string(),
+            source,
+        })
     }
 }
 

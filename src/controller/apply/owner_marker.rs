@@ -14,10 +14,9 @@ use crate::controller::apply::ApplyError;
 use crate::controller::read_facts::checkpoint_reader;
 use crate::controller::{Context, ReconcileError, ValidatedJob};
 use crate::k8s::apply::ApiError;
-use crate::k8s::ownership::{ForeignObject, Verified};
+use crate::k8s::ownership::ForeignObject;
 use crate::k8s::status;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::Client;
 use streamkeeper_contract::owner_marker::{self as prefix, ChangelogClaim, PrefixClaim};
 use streamkeeper_contract::{JobPrefix, OwnerMarker, Versioned};
 
@@ -84,7 +83,7 @@ pub async fn claim(
         checkpoint_marker: Some(key.clone()),
         ..OwnerRecords::default()
     };
-    record_held(&ctx.client, (&job.namespace, &job.name), &held).await?;
+    record_held(ctx, (&job.namespace, &job.name), &held).await?;
     ctx.verified.insert(&job.owner, MARKER_KIND, &key);
     Ok(Ok(()))
 }
@@ -92,13 +91,14 @@ pub async fn claim(
 /// Adds `held` to the job's `status.ownerRecords`. A merge patch replaces only the fields
 /// `held` names, so neither a concurrent status write nor an older status removes them.
 async fn record_held(
-    client: &Client,
+    ctx: &Context,
     (namespace, job): (&str, &str),
     held: &OwnerRecords,
 ) -> Result<(), ApiError> {
     let fields = serde_json::json!({ "ownerRecords": held });
     let action = "record the owner records held in the status of";
-    status::merge_status(client, (namespace, job), fields, action).await
+    let writer = (&ctx.client, &ctx.status_writes);
+    status::merge_status(writer, (namespace, job), fields, action).await
 }
 
 /// Deletes the job's checkpoints if the prefix's marker names exactly this job, then the
@@ -123,11 +123,12 @@ pub async fn delete_under_marker(
 /// alike); `Ok(Err)` names the holder when another cluster's or job's record is first. A
 /// changelog with records but no owner record (older than owner records) is used as it is.
 pub async fn claim_changelog(
-    (client, kafka): (&Client, &KafkaAdmin),
+    ctx: &Context,
+    kafka: &KafkaAdmin,
     topic: &str,
     claimant: &ChangelogClaimant<'_>,
-    verified: &Verified,
 ) -> Result<Result<(), ForeignObject>, ApplyError> {
+    let verified = &ctx.verified;
     let ChangelogClaimant {
         owner,
         marker: ours,
@@ -152,7 +153,7 @@ pub async fn claim_changelog(
                 changelog: Some(topic.to_string()),
                 ..OwnerRecords::default()
             };
-            record_held(client, (&ours.namespace, &ours.name), &held).await?;
+            record_held(ctx, (&ours.namespace, &ours.name), &held).await?;
             verified.insert(owner, CHANGELOG_KIND, topic);
             Ok(Ok(()))
         }
