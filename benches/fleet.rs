@@ -28,6 +28,7 @@ mod operator_support;
 #[path = "fleet_support/workers.rs"]
 mod workers;
 
+use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use operator_support::cards::Process;
@@ -186,11 +187,37 @@ fn clock_ticks_per_second() -> f64 {
         .unwrap_or(100.0)
 }
 
+/// The label of the volumes the bench made for its namespace's claims.
+const VOLUME_LABEL: &str = "streamkeeper.dev/fleet-bench";
+
+/// A volume for each of job `job`'s `pods` state claims, bound to it ahead: no provisioner runs
+/// beside KWOK, and a pod with an unbound claim is never scheduled. Nothing mounts it.
+async fn add_volumes(client: &kube::Client, namespace: &str, job: &str, pods: i32) {
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    for ordinal in 0..pods {
+        let claim = format!("{}-{job}-{ordinal}", streamkeeper::k8s::names::STATE_VOLUME);
+        let volume: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("{namespace}-{claim}"), "labels": {VOLUME_LABEL: namespace}},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "hostPath": {"path": "/nonexistent/fleet-bench"},
+                "claimRef": {"namespace": namespace, "name": claim},
+            },
+        }))
+        .unwrap();
+        volumes.create(&PostParams::default(), &volume).await.unwrap();
+    }
+}
+
 /// Adds jobs until `namespace` holds `total`, each with `pods` pods on the simulated nodes, one
 /// standby per task, and as many partitions as pods.
 async fn add_jobs(client: &kube::Client, namespace: &str, from: usize, total: usize, pods: i32) {
     let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), namespace);
     for index in from..total {
+        add_volumes(client, namespace, &format!("job{index}"), pods).await;
         let input = support::unique_name(&format!("fleet{index}-in"));
         operator_support::create_topic(&input, pods, &[]).await;
         operator_support::create_topic(&format!("{input}-out"), pods, &[]).await;
@@ -427,4 +454,9 @@ async fn main() {
     drop(operator);
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     let _ = namespaces.delete(&namespace, &Default::default()).await;
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let ours = ListParams::default().labels(&format!("{VOLUME_LABEL}={namespace}"));
+    let _ = volumes
+        .delete_collection(&Default::default(), &ours)
+        .await;
 }
