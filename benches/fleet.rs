@@ -208,7 +208,10 @@ async fn add_volumes(client: &kube::Client, namespace: &str, job: &str, pods: i3
             },
         }))
         .unwrap();
-        volumes.create(&PostParams::default(), &volume).await.unwrap();
+        volumes
+            .create(&PostParams::default(), &volume)
+            .await
+            .unwrap();
     }
 }
 
@@ -456,7 +459,5 @@ async fn main() {
     let _ = namespaces.delete(&namespace, &Default::default()).await;
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     let ours = ListParams::default().labels(&format!("{VOLUME_LABEL}={namespace}"));
-    let _ = volumes
-        .delete_collection(&Default::default(), &ours)
-        .await;
+    let _ = volumes.delete_collection(&Default::default(), &ours).await;
 }

@@ -1,6 +1,7 @@
 //! Step 2 of a poll: the heartbeat. Every pod is asked for its task reports at once; each
 //! answer, refusal or silence goes into the pure bookkeeping of [`super::health`].
 
+use super::send::Holding;
 use super::{LoopState, POLL_TIMEOUT};
 use crate::adapters::worker_client;
 use crate::failover::health::Poll;
@@ -27,6 +28,7 @@ pub(super) async fn poll(
     let now = Instant::now();
     let mut reports = Vec::new();
     state.stopping.clear();
+    state.holding.clear();
     for (pod, answer) in answers {
         let poll = match &answer {
             Some(Ok(document)) => Poll::Answered(document.process.as_deref()),
@@ -56,6 +58,11 @@ pub(super) async fn poll(
             state.newest_recorded_generation = state
                 .newest_recorded_generation
                 .max(document.generation.unwrap_or(0));
+            let holding = Holding {
+                generation: document.generation,
+                process: document.process.clone(),
+            };
+            state.holding.insert(pod.clone(), holding);
             reports.push((pod, document.tasks));
         }
     }

@@ -29,7 +29,8 @@ pub const POLL_EVERY: Duration = Duration::from_millis(250);
 pub(super) const POLL_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often the pod list is read from the apiserver.
 pub(super) const LIST_EVERY: Duration = Duration::from_secs(1);
-/// How often an unchanged document is sent again (to a pod that restarted, say).
+/// How soon an unchanged document is sent again to a pod that does not act on it yet (or that
+/// does not say which generation it holds), see [`send`].
 pub(super) const RESEND_EVERY: Duration = Duration::from_secs(1);
 /// The longest a new job waits for all its pods before the first document.
 pub const FIRST_DECISION_WAIT: Duration = Duration::from_secs(30);
@@ -70,7 +71,12 @@ pub(super) struct LoopState {
     /// When this loop last promoted a standby (its owner failed, or its pod was deleted).
     pub(super) failed_over_at: Option<Instant>,
     pub(super) listed_at: Option<Instant>,
+    /// When a document was last sent; `None` asks the next poll to send it to every pod.
     pub(super) sent_at: Option<Instant>,
+    /// What each pod that answered the last poll said it acts on.
+    pub(super) holding: BTreeMap<String, send::Holding>,
+    /// The document last sent to each pod.
+    pub(super) sent: BTreeMap<String, send::Sent>,
     pub(super) started: Instant,
     /// The job's worker tokens, which a document needs to be taken, and the answers.
     pub(super) delivery: Delivery,
@@ -92,6 +98,8 @@ pub(super) async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob
         failed_over_at: None,
         listed_at: None,
         sent_at: None,
+        holding: BTreeMap::new(),
+        sent: BTreeMap::new(),
         started: Instant::now(),
         delivery: Delivery::default(),
         zones: zones::NodeZones::default(),
