@@ -54,10 +54,14 @@ async fn processed(system: &System, events: u32) {
 
 /// Checkpoints every task on every pod.
 async fn checkpoint_every_task(system: &System) {
-    let token =
-        streamkeeper::k8s::worker_token::read(&system.client, &system.namespace, system.name)
-            .await
-            .unwrap();
+    let reads = streamkeeper::adapters::secret_reads::SecretReads::default();
+    let token = streamkeeper::k8s::worker_token::read(
+        (&system.client, &reads),
+        &system.namespace,
+        system.name,
+    )
+    .await
+    .unwrap();
     for pod in system.pods().await {
         let ip = pod.status.and_then(|s| s.pod_ip).unwrap();
         streamkeeper::adapters::worker_client::request_checkpoint(

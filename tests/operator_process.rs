@@ -231,6 +231,9 @@ async fn a_settled_job_is_reconciled_without_reading_or_applying_anything() {
         before.applies >= 4.0,
         "the first reconcile applied: {before:?}"
     );
+    // The job's two Secrets (its worker token and its S3 keys) were read once each, by its
+    // first reconcile: its failover loop found the token kept.
+    assert_eq!(before.secret_reads, 2.0, "{before:?}");
     let later = wait_until(
         "three more reconciles",
         Duration::from_secs(60),

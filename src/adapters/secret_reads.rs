@@ -70,6 +70,13 @@ impl SecretReads {
         };
     }
 
+    /// Keeps `secret` as just read: one the operator has just created.
+    pub fn created(&self, namespace: &str, secret: Secret) {
+        let name = secret.metadata.name.clone().unwrap_or_default();
+        let key = (namespace.to_string(), name);
+        self.keep(key, Some(Arc::new(secret)), Instant::now());
+    }
+
     /// Drops Secret `namespace`/`name`: the reader refused it (someone else's, say), and its
     /// next read must see whether that changed.
     pub fn forget(&self, namespace: &str, name: &str) {

@@ -59,7 +59,9 @@ pub struct Context {
     /// its job's pods here instead of listing them.
     pub pods: std::sync::OnceLock<kube::runtime::reflector::Store<Pod>>,
     /// The Secrets the reconciles read, kept a while ([`crate::adapters::secret_reads`]).
-    pub secrets: crate::adapters::secret_reads::SecretReads,
+    pub secrets: Arc<crate::adapters::secret_reads::SecretReads>,
+    /// The zones of the nodes, read once for every job's failover loop.
+    node_zones: crate::failover::zones::NodeZones,
     /// Each job's reconcile-relevant hash when it was last reconciled: a job that changed since
     /// reads its Secrets anew.
     looked_at: Mutex<HashMap<String, u64>>,
@@ -95,6 +97,7 @@ impl Context {
             owned: std::sync::OnceLock::new(),
             status_writes: Default::default(),
             secrets: Default::default(),
+            node_zones: Default::default(),
             looked_at: Mutex::new(HashMap::new()),
             modules: Default::default(),
         }
@@ -117,6 +120,8 @@ impl Context {
             metrics: Arc::clone(&self.metrics),
             refresh: self.failovers.refresh.sender(),
             pods: self.pods.get().cloned(),
+            zones: self.node_zones.clone(),
+            secrets: Arc::clone(&self.secrets),
         }
     }
 

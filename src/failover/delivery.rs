@@ -185,7 +185,13 @@ impl Delivery {
         if !due && self.tokens.known() {
             return Ok(false);
         }
-        let read = worker_token::read(&deps.client, &job.namespace, &job.name).await?;
+        if self.read_at.is_some() {
+            // Read again because a pod refused the token: the Secret as it is now, not as kept.
+            let name = crate::k8s::names::worker_token_secret(&job.name);
+            deps.secrets.forget(&job.namespace, &name);
+        }
+        let reads = (&deps.client, deps.secrets.as_ref());
+        let read = worker_token::read(reads, &job.namespace, &job.name).await?;
         self.read_at = Some(Instant::now());
         self.reread_wanted = false;
         let renewed = self.tokens.learn(read);

@@ -507,6 +507,8 @@ mod tests {
             metrics: std::sync::Arc::new(crate::telemetry::metrics::Metrics::new()),
             refresh: refresh.sender(),
             pods: None,
+            zones: Default::default(),
+            secrets: Default::default(),
         };
         let job = FailoverJob {
             namespace: "shop".into(),

@@ -61,16 +61,16 @@ impl WorkerTokenError {
     }
 }
 
-/// The token of job `job`, or `None` while its Secret does not exist.
+/// The token of job `job`, or `None` while its Secret does not exist: as `reads` keeps it
+/// (the reconcile read it a moment ago, most often), or read now.
 pub async fn read(
-    client: &Client,
+    (client, reads): (&Client, &SecretReads),
     namespace: &str,
     job: &str,
 ) -> Result<Option<WorkerToken>, WorkerTokenError> {
     let name = names::worker_token_secret(job);
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let secret = api
-        .get_opt(&name)
+    let secret = reads
+        .get_opt(client, namespace, &name)
         .await
         .map_err(|source| WorkerTokenError::from(api_error("read", namespace, &name, source)))?;
     secret
@@ -113,8 +113,10 @@ pub async fn ensure(
         ByteString(token.as_str().as_bytes().to_vec()),
     )]));
     match api.create(&PostParams::default(), &secret).await {
-        Ok(_) => {
+        Ok(created) => {
             tracing::info!(%namespace, secret = %name, "worker token created");
+            // The job's failover loop reads it next: from here, not from the apiserver.
+            reads.created(namespace, created);
             Ok(token)
         }
         // Another reconcile (a previous leader's, say) created it between the read and here.

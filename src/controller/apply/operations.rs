@@ -54,7 +54,7 @@ pub async fn final_checkpoint_before_suspend(
     let pods = job_pods(ctx, job).await?;
     // Without the Secret (deleted just now) the request goes without a token and the worker
     // refuses it, naming why; the suspend still goes on, as for an unreachable worker.
-    let token = worker_token::read(&ctx.client, &job.namespace, &job.name).await?;
+    let token = worker_token::read((&ctx.client, &ctx.secrets), &job.namespace, &job.name).await?;
     let token = token.as_ref();
     let port = u16::try_from(names::HTTP_PORT).unwrap_or(8080);
     let timeout = ctx.settings.final_checkpoint_timeout;

@@ -13,9 +13,9 @@ use super::delivery::Delivery;
 use super::document_store::MovesRecord;
 use super::health::Heartbeats;
 use super::job::{FailoverDeps, FailoverJob};
+use super::moves;
 use super::rule_inputs::PodFacts;
 use super::shared::Shared;
-use super::{moves, zones};
 use crate::k8s::apply::ApiError;
 use crate::k8s::worker_token;
 use std::collections::{BTreeMap, BTreeSet};
@@ -80,7 +80,6 @@ pub(super) struct LoopState {
     pub(super) started: Instant,
     /// The job's worker tokens, which a document needs to be taken, and the answers.
     pub(super) delivery: Delivery,
-    pub(super) zones: zones::NodeZones,
 }
 
 pub(super) async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob>, shared: Shared) {
@@ -102,7 +101,6 @@ pub(super) async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob
         sent: BTreeMap::new(),
         started: Instant::now(),
         delivery: Delivery::default(),
-        zones: zones::NodeZones::default(),
     };
     let mut ticks = tokio::time::interval(POLL_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

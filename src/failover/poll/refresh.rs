@@ -29,9 +29,9 @@ pub(super) async fn pods(
         pod_cache::job_pods(deps.pods.as_ref(), &deps.client, &job.namespace, &job.name).await?;
     state.pods = listed_pods(pods.iter().map(AsRef::as_ref));
     let nodes = state.pods.iter().filter_map(|p| p.facts.node.as_deref());
-    state.zones.learn(&deps.client, nodes).await;
+    deps.zones.learn(&deps.client, nodes).await;
     for pod in &mut state.pods {
-        pod.facts.zone = pod.facts.node.as_deref().and_then(|n| state.zones.zone(n));
+        pod.facts.zone = pod.facts.node.as_deref().and_then(|n| deps.zones.zone(n));
     }
     state.listed_at = Some(Instant::now());
     let listed: Vec<(String, String)> = state
