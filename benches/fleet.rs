@@ -19,6 +19,10 @@
 //! - failover under that load: `SK_FLEET_KILLS` (default 5) kills of a pod's process, each
 //!   timed from the kill to another pod of its job receiving the new document (p50 and max).
 //!
+//! At the end it restarts the operator (SIGTERM, which releases its Lease, then a new process)
+//! and times the new one until every job's failover loop polls its pods again, and until it
+//! has reconciled every job once.
+//!
 //! Run: `tests/bench.sh fleet`. Prints a table and writes JSON to `$BENCH_OUT` (default
 //! `bench/fleet.json` under the cargo target dir).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // bench code
@@ -353,6 +357,83 @@ fn step_json(step: &Step) -> serde_json::Value {
     })
 }
 
+/// Starts an operator process for `namespace` (its log in `dir`); returns it and the address
+/// of its `/metrics`.
+fn start_operator(namespace: &str, dir: &std::path::Path, run: usize) -> (Process, String) {
+    let metrics_address = format!("127.0.0.1:{}", support::free_port());
+    let operator = Process::spawn(
+        "operator",
+        Command::new(env!("CARGO_BIN_EXE_streamkeeper-operator"))
+            .args(["run", "--namespace", namespace, "--identity", "fleet"])
+            .args(["--metrics-addr", &metrics_address])
+            .env("RUST_LOG", "warn,streamkeeper::leader=info"),
+        dir.join(format!("operator-{run}.log")),
+    );
+    (operator, metrics_address)
+}
+
+/// How long a restarted operator took to run every job's failover loop again (every pod polled
+/// by it) and to reconcile every job once.
+struct Restart {
+    loops: Duration,
+    reconciled: Duration,
+}
+
+/// Stops `operator` (SIGTERM: it releases its Lease, as in an upgrade of the operator) and
+/// times a new one over `jobs` jobs; returns the new process with its restart's figures.
+async fn restart_operator(
+    operator: Process,
+    (client, namespace, dir): (&kube::Client, &str, &std::path::Path),
+    jobs: usize,
+    workers: &workers::Workers,
+) -> (Process, String, Restart) {
+    drop(operator);
+    // This namespace's pods only: the simulated workers also serve whatever pods an earlier
+    // run left.
+    let ours = workers::addresses(client, namespace, "").await;
+    let polled_before: BTreeMap<String, u64> = workers
+        .requests_by_pod()
+        .into_iter()
+        .filter(|(ip, _)| ours.contains(ip))
+        .collect();
+    let started = Instant::now();
+    let (operator, metrics_address) = start_operator(namespace, dir, 2);
+    support::wait_until(
+        "every pod polled by the new operator",
+        Duration::from_secs(120),
+        async || {
+            let now = workers.requests_by_pod();
+            polled_before
+                .iter()
+                .all(|(ip, before)| now.get(ip).is_some_and(|after| after > before))
+                .then_some(())
+        },
+    )
+    .await;
+    let loops = started.elapsed();
+    support::wait_until(
+        "every job reconciled by the new operator",
+        Duration::from_secs(300),
+        async || {
+            let text = operator_support::metrics_text(&metrics_address).await?;
+            let reconciled: f64 = text
+                .lines()
+                .filter(|line| {
+                    line.starts_with("streamkeeper_operator_reconciles_total{outcome=\"success\"}")
+                })
+                .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            (reconciled >= jobs as f64).then_some(())
+        },
+    )
+    .await;
+    let restart = Restart {
+        loops,
+        reconciled: started.elapsed(),
+    };
+    (operator, metrics_address, restart)
+}
+
 #[tokio::main]
 async fn main() {
     let sizes: Vec<usize> = setting("SK_FLEET_JOBS", "10,50,100")
@@ -369,16 +450,13 @@ async fn main() {
     let workers = workers::Workers::from_env();
     let client = operator_support::client().await;
     let namespace = operator_support::namespace(&client, "fleet").await;
-    let dir = tempfile::tempdir().unwrap();
-    let metrics_address = format!("127.0.0.1:{}", support::free_port());
-    let operator = Process::spawn(
-        "operator",
-        Command::new(env!("CARGO_BIN_EXE_streamkeeper-operator"))
-            .args(["run", "--namespace", &namespace, "--identity", "fleet"])
-            .args(["--metrics-addr", &metrics_address])
-            .env("RUST_LOG", "warn"),
-        dir.path().join("operator.log"),
-    );
+    // The operators' logs stay for a look after the run.
+    let dir = std::path::PathBuf::from(format!(
+        "{}/bench/fleet-logs/{namespace}",
+        std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into())
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (operator, metrics_address) = start_operator(&namespace, &dir, 1);
     let probes = Probes {
         client: &client,
         operator_pid: operator.child.id(),
@@ -410,6 +488,13 @@ async fn main() {
         print_step(&step);
         steps.push(step);
     }
+    let (operator, _, restart) =
+        restart_operator(operator, (&client, &namespace, &dir), created, &workers).await;
+    println!(
+        "operator restarted over {created} jobs: every job's failover loop polling again after {:.1}s, every job reconciled after {:.1}s",
+        restart.loops.as_secs_f64(),
+        restart.reconciled.as_secs_f64()
+    );
 
     println!(
         "\n| jobs | pods | operator's apiserver requests/s | a job | all clients' | operator CPU | operator RSS | worker calls/s | kill → document p50 / max |"
@@ -443,6 +528,11 @@ async fn main() {
         "standby_replicas": 1,
         "window_seconds": window.as_secs(),
         "steps": steps.iter().map(step_json).collect::<Vec<_>>(),
+        "restart": {
+            "jobs": created,
+            "every_loop_polling_seconds": restart.loops.as_secs_f64(),
+            "every_job_reconciled_seconds": restart.reconciled.as_secs_f64(),
+        },
     });
     let out = std::env::var("BENCH_OUT").unwrap_or_else(|_| {
         format!(
@@ -454,9 +544,37 @@ async fn main() {
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
     std::fs::write(&out, serde_json::to_string_pretty(&report).unwrap()).unwrap();
     println!("written to {}", out.display());
+    clean_up(&client, &namespace, operator).await;
+}
+
+/// Deletes the jobs while `operator` still runs (their finalizer waits for it), then stops it
+/// and deletes the namespace, its pods at once (no kubelet finishes a deletion, and KWOK stops
+/// with the bench) and the volumes bound ahead.
+async fn clean_up(client: &kube::Client, namespace: &str, operator: Process) {
+    let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), namespace);
+    let _ = jobs
+        .delete_collection(&Default::default(), &ListParams::default())
+        .await;
+    support::wait_until("the jobs deleted", Duration::from_secs(300), async || {
+        jobs.list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
     drop(operator);
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let _ = namespaces.delete(&namespace, &Default::default()).await;
+    let _ = namespaces.delete(namespace, &Default::default()).await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), namespace);
+    let at_once = kube::api::DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    let _ = pods
+        .delete_collection(&at_once, &ListParams::default())
+        .await;
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     let ours = ListParams::default().labels(&format!("{VOLUME_LABEL}={namespace}"));
     let _ = volumes.delete_collection(&Default::default(), &ours).await;

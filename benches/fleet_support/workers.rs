@@ -67,6 +67,20 @@ impl Workers {
         (stats["pods"].as_u64().unwrap_or(0), requests)
     }
 
+    /// How many requests each pod (by address) has answered so far.
+    pub fn requests_by_pod(&self) -> BTreeMap<String, u64> {
+        self.get("/pods")
+            .as_array()
+            .map(|pods| {
+                pods.iter()
+                    .filter_map(|pod| {
+                        Some((pod["ip"].as_str()?.to_string(), pod["requests"].as_u64()?))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// When pod `ip` received each new document, in ms since the epoch.
     fn arrivals(&self, ip: &str) -> Vec<u64> {
         self.get(&format!("/pods/{ip}/assignments"))["arrivals"]
@@ -116,14 +130,19 @@ impl Workers {
 
 /// The addresses of job `job`'s pods, by pod name (ordinal 0 first).
 async fn pod_ips(client: &kube::Client, namespace: &str, job: &str) -> Vec<String> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let selector = streamkeeper::k8s::labels::selector(job)
         .iter()
         .map(|(key, value)| format!("{key}={value}"))
         .collect::<Vec<_>>()
         .join(",");
+    addresses(client, namespace, &selector).await
+}
+
+/// The addresses of the pods in `namespace` that `selector` selects, by pod name.
+pub async fn addresses(client: &kube::Client, namespace: &str, selector: &str) -> Vec<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let mut listed: Vec<(String, String)> = pods
-        .list(&ListParams::default().labels(&selector))
+        .list(&ListParams::default().labels(selector))
         .await
         .unwrap()
         .items

@@ -8,7 +8,7 @@
 //! unchanged document is not sent again to a pod that acts on it: at 4,000 pods, sending it
 //! every second was 4,000 requests a second for nothing. A worker whose reports do not say
 //! which generation it holds and which process it is (an older version) gets it every
-//! [`RESEND_EVERY`], as before.
+//! [`RESEND_EVERY`], as before. A pod that did not answer this poll gets nothing until it does.
 
 use super::{LoopState, RESEND_EVERY};
 use crate::failover::job::FailoverJob;
@@ -43,8 +43,9 @@ fn needs(sent: Option<&Sent>, holding: Option<&Holding>, generation: u64, now: I
         return true;
     }
     let Some(holding) = holding else {
-        // No answer this poll: the old pace.
-        return again;
+        // No answer this poll: its next answer tells whether it holds the document. (Sending
+        // on every silence resent to every pod that missed a poll under load.)
+        return false;
     };
     match (&holding.process, holding.generation) {
         // Restarted since (or answering for the first time): it acts on nothing yet, even when
@@ -185,8 +186,8 @@ mod tests {
             at + RESEND_EVERY
         ));
         assert!(
-            needs(Some(&to_a), None, 7, at + RESEND_EVERY),
-            "no answer this poll"
+            !needs(Some(&to_a), None, 7, at + RESEND_EVERY),
+            "no answer this poll: wait for one"
         );
     }
 }
