@@ -366,17 +366,47 @@ fn start_operator(namespace: &str, dir: &std::path::Path, run: usize) -> (Proces
         Command::new(env!("CARGO_BIN_EXE_streamkeeper-operator"))
             .args(["run", "--namespace", namespace, "--identity", "fleet"])
             .args(["--metrics-addr", &metrics_address])
-            .env("RUST_LOG", "warn,streamkeeper::leader=info"),
+            .args(setting("SK_FLEET_OPERATOR_ARGS", "").split_whitespace())
+            .env("RUST_LOG", setting("SK_FLEET_OPERATOR_LOG", "warn")),
         dir.join(format!("operator-{run}.log")),
     );
     (operator, metrics_address)
 }
 
 /// How long a restarted operator took to run every job's failover loop again (every pod polled
-/// by it) and to reconcile every job once.
+/// by it) and to reconcile every job once; `None` when it did not within the bench's limit
+/// (then `polled` and `reconciles` say how far it got).
 struct Restart {
-    loops: Duration,
-    reconciled: Duration,
+    loops: Option<Duration>,
+    reconciled: Option<Duration>,
+    polled: usize,
+    pods: usize,
+    reconciles: f64,
+}
+
+/// Checks `probe` every 100 ms until it holds or `limit` passes: how long it took, if it held.
+async fn within(limit: Duration, mut probe: impl AsyncFnMut() -> bool) -> Option<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if probe().await {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// The successful reconciles an operator counted, from its `/metrics`.
+async fn reconciles(metrics_address: &str) -> f64 {
+    let text = operator_support::metrics_text(metrics_address)
+        .await
+        .unwrap_or_default();
+    text.lines()
+        .filter(|line| {
+            line.starts_with("streamkeeper_operator_reconciles_total{outcome=\"success\"}")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// Stops `operator` (SIGTERM: it releases its Lease, as in an upgrade of the operator) and
@@ -386,7 +416,7 @@ async fn restart_operator(
     (client, namespace, dir): (&kube::Client, &str, &std::path::Path),
     jobs: usize,
     workers: &workers::Workers,
-) -> (Process, String, Restart) {
+) -> (Process, Restart) {
     drop(operator);
     // This namespace's pods only: the simulated workers also serve whatever pods an earlier
     // run left.
@@ -398,40 +428,28 @@ async fn restart_operator(
         .collect();
     let started = Instant::now();
     let (operator, metrics_address) = start_operator(namespace, dir, 2);
-    support::wait_until(
-        "every pod polled by the new operator",
-        Duration::from_secs(120),
-        async || {
-            let now = workers.requests_by_pod();
-            polled_before
-                .iter()
-                .all(|(ip, before)| now.get(ip).is_some_and(|after| after > before))
-                .then_some(())
-        },
-    )
-    .await;
-    let loops = started.elapsed();
-    support::wait_until(
-        "every job reconciled by the new operator",
-        Duration::from_secs(300),
-        async || {
-            let text = operator_support::metrics_text(&metrics_address).await?;
-            let reconciled: f64 = text
-                .lines()
-                .filter(|line| {
-                    line.starts_with("streamkeeper_operator_reconciles_total{outcome=\"success\"}")
-                })
-                .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum();
-            (reconciled >= jobs as f64).then_some(())
-        },
-    )
-    .await;
+    let polled = || {
+        let now = workers.requests_by_pod();
+        polled_before
+            .iter()
+            .filter(|(ip, before)| now.get(*ip).is_some_and(|after| after > *before))
+            .count()
+    };
+    let limit = Duration::from_secs(120);
+    let loops = within(limit, async || polled() == polled_before.len()).await;
+    let reconciled = within(limit, async || {
+        reconciles(&metrics_address).await >= jobs as f64
+    })
+    .await
+    .map(|_| started.elapsed());
     let restart = Restart {
         loops,
-        reconciled: started.elapsed(),
+        reconciled,
+        polled: polled(),
+        pods: polled_before.len(),
+        reconciles: reconciles(&metrics_address).await,
     };
-    (operator, metrics_address, restart)
+    (operator, restart)
 }
 
 #[tokio::main]
@@ -488,12 +506,19 @@ async fn main() {
         print_step(&step);
         steps.push(step);
     }
-    let (operator, _, restart) =
+    let (operator, restart) =
         restart_operator(operator, (&client, &namespace, &dir), created, &workers).await;
+    let seconds = |took: Option<Duration>| took.map(|took| took.as_secs_f64());
+    let shown = |took: Option<Duration>| {
+        seconds(took).map_or("- (not within 120 s)".to_string(), |s| format!("{s:.1}s"))
+    };
     println!(
-        "operator restarted over {created} jobs: every job's failover loop polling again after {:.1}s, every job reconciled after {:.1}s",
-        restart.loops.as_secs_f64(),
-        restart.reconciled.as_secs_f64()
+        "operator restarted over {created} jobs: every job's failover loop polling again after {}, every job reconciled after {} ({} of {} pods polled, {} reconciles)",
+        shown(restart.loops),
+        shown(restart.reconciled),
+        restart.polled,
+        restart.pods,
+        restart.reconciles,
     );
 
     println!(
@@ -530,8 +555,11 @@ async fn main() {
         "steps": steps.iter().map(step_json).collect::<Vec<_>>(),
         "restart": {
             "jobs": created,
-            "every_loop_polling_seconds": restart.loops.as_secs_f64(),
-            "every_job_reconciled_seconds": restart.reconciled.as_secs_f64(),
+            "every_loop_polling_seconds": seconds(restart.loops),
+            "every_job_reconciled_seconds": seconds(restart.reconciled),
+            "pods_polled": restart.polled,
+            "pods": restart.pods,
+            "reconciles": restart.reconciles,
         },
     });
     let out = std::env::var("BENCH_OUT").unwrap_or_else(|_| {
