@@ -13,7 +13,7 @@ use crate::controller::reconcile::{error_policy, reconcile};
 use crate::controller::relevant::reconcile_relevant;
 use crate::k8s::labels;
 use crate::k8s::owned_cache::OwnedCaches;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -70,12 +70,19 @@ pub async fn run(
     if let Some(refreshes) = ctx.failovers.refresh.take_requests() {
         controller = controller.reconcile_on(refreshes);
     }
-    // The owned objects' watches trigger their job's reconcile and fill the caches the apply
-    // step compares with (an object already as desired is not applied again).
-    let (stateful_sets, stateful_set_changes) = watch_owned::<StatefulSet>(&client, namespace);
-    let (config_maps, config_map_changes) = watch_owned::<ConfigMap>(&client, namespace);
-    let (services, service_changes) = watch_owned::<Service>(&client, namespace);
-    let (budgets, budget_changes) = watch_owned::<PodDisruptionBudget>(&client, namespace);
+    // Only objects the operator made: the watch caches stay small in a busy cluster.
+    let owned =
+        watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
+    // The caches the apply step compares with (an object already as desired is not applied
+    // again), fed by watches of their own that nothing holds back. They are not the
+    // controller's trigger streams: those are read only as fast as reconciles finish, and an
+    // unread watch response held up the apiserver connection the reconciles' own requests
+    // needed (seen: an operator restarted over 50 jobs, 16 reconciles at once, never finished
+    // one).
+    let (stateful_sets, stateful_set_cache) = cache_owned::<StatefulSet>(&client, namespace);
+    let (config_maps, config_map_cache) = cache_owned::<ConfigMap>(&client, namespace);
+    let (services, service_cache) = cache_owned::<Service>(&client, namespace);
+    let (budgets, budget_cache) = cache_owned::<PodDisruptionBudget>(&client, namespace);
     let caches = OwnedCaches {
         stateful_sets,
         config_maps,
@@ -87,13 +94,19 @@ pub async fn run(
             "the owned object caches were set before: a second controller in one process"
         );
     }
+    let owned_caches = futures::future::join4(
+        stateful_set_cache,
+        config_map_cache,
+        service_cache,
+        budget_cache,
+    );
     let controller = controller
-        .owns_stream(stateful_set_changes)
-        .owns_stream(config_map_changes)
-        .owns_stream(service_changes)
+        .owns(scoped::<StatefulSet>(&client, namespace), owned.clone())
+        .owns(scoped::<ConfigMap>(&client, namespace), owned.clone())
+        .owns(scoped::<Service>(&client, namespace), owned.clone())
         // Not the worker token Secret: watching it would need `list`/`watch` on every Secret
         // of the namespace; a deleted one is recreated at the next reconcile instead.
-        .owns_stream(budget_changes)
+        .owns(scoped::<PodDisruptionBudget>(&client, namespace), owned)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -106,20 +119,17 @@ pub async fn run(
     tokio::select! {
         () = controller => {}
         () = worker_pods => {}
+        _ = owned_caches => {}
     }
 }
 
-/// The watch of the objects of kind `K` the operator made (only those: the caches stay small in
-/// a busy cluster), as a cache and the stream of changes that triggers their jobs' reconciles.
-/// Managed fields are dropped from the cache: nothing reads them, and they are a large share of
-/// each object.
-fn watch_owned<K>(
+/// A cache of the objects of kind `K` the operator made (only those: the caches stay small in a
+/// busy cluster), and the future that feeds it, to be polled on its own. Managed fields are
+/// dropped: nothing reads them, and they are a large share of each object.
+fn cache_owned<K>(
     client: &Client,
     namespace: Option<&str>,
-) -> (
-    Store<K>,
-    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-)
+) -> (Store<K>, impl Future<Output = ()> + Send + 'static)
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -132,12 +142,16 @@ where
     let owned =
         watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
     let (reader, writer) = reflector::store();
-    let changes = watcher(scoped::<K>(client, namespace), owned)
+    let feed = watcher(scoped::<K>(client, namespace), owned)
         .default_backoff()
         .modify(|object| object.managed_fields_mut().clear())
         .reflect(writer)
-        .touched_objects();
-    (reader, changes)
+        .for_each(|event| async move {
+            if let Err(error) = event {
+                tracing::warn!(%error, "an owned object watch failed; retrying");
+            }
+        });
+    (reader, feed)
 }
 
 /// The watch of every worker pod (the operator's own, in `namespace` or all), kept in a cache
