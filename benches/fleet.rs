@@ -95,15 +95,16 @@ fn difference(
         .collect()
 }
 
-/// The operator's own requests so far, by `verb resource`, from its `/metrics`.
-async fn operator_requests(metrics_address: &str) -> BTreeMap<String, f64> {
-    let text = operator_support::metrics_text(metrics_address)
-        .await
-        .expect("the operator's /metrics");
+/// The samples of counter `family` in Prometheus `text`, summed by the key `key` makes of each
+/// sample's labels (`label(name)` reads one; absent ones read empty).
+fn counters(
+    text: &str,
+    family: &str,
+    key: impl Fn(&dyn Fn(&str) -> String) -> String,
+) -> BTreeMap<String, f64> {
     let mut counts = BTreeMap::new();
     for line in text.lines() {
-        let Some(labels) = line.strip_prefix("streamkeeper_operator_apiserver_requests_total{")
-        else {
+        let Some(labels) = line.strip_prefix(family).and_then(|l| l.strip_prefix('{')) else {
             continue;
         };
         let Some((labels, value)) = labels.rsplit_once("} ") else {
@@ -116,11 +117,21 @@ async fn operator_requests(metrics_address: &str) -> BTreeMap<String, f64> {
                 .map_or("", |value| value.trim_end_matches('"'))
                 .to_string()
         };
-        *counts
-            .entry(format!("{} {}", label("verb"), label("resource")))
-            .or_insert(0.0) += value.trim().parse::<f64>().unwrap_or(0.0);
+        *counts.entry(key(&label)).or_insert(0.0) += value.trim().parse::<f64>().unwrap_or(0.0);
     }
     counts
+}
+
+/// The operator's own requests so far, by `verb resource`, from its `/metrics`.
+async fn operator_requests(metrics_address: &str) -> BTreeMap<String, f64> {
+    let text = operator_support::metrics_text(metrics_address)
+        .await
+        .expect("the operator's /metrics");
+    counters(
+        &text,
+        "streamkeeper_operator_apiserver_requests_total",
+        |label| format!("{} {}", label("verb"), label("resource")),
+    )
 }
 
 fn setting(name: &str, default: &str) -> String {
@@ -134,32 +145,15 @@ async fn request_counts(client: &kube::Client) -> BTreeMap<String, f64> {
         .request_text(request)
         .await
         .expect("the apiserver's /metrics");
-    let mut counts = BTreeMap::new();
-    for line in text.lines() {
-        let Some(labels) = line.strip_prefix("apiserver_request_total{") else {
-            continue;
-        };
-        let Some((labels, value)) = labels.rsplit_once("} ") else {
-            continue;
-        };
-        let label = |name: &str| {
-            labels
-                .split(',')
-                .find_map(|pair| pair.strip_prefix(&format!("{name}=\"")))
-                .map_or("", |value| value.trim_end_matches('"'))
-                .to_string()
-        };
+    counters(&text, "apiserver_request_total", |label| {
         let subresource = label("subresource");
         let resource = if subresource.is_empty() {
             label("resource")
         } else {
             format!("{}/{subresource}", label("resource"))
         };
-        *counts
-            .entry(format!("{} {resource}", label("verb")))
-            .or_insert(0.0) += value.trim().parse::<f64>().unwrap_or(0.0);
-    }
-    counts
+        format!("{} {resource}", label("verb"))
+    })
 }
 
 /// The process's CPU time (user + system) so far, in clock ticks, and its RSS in bytes.
