@@ -227,8 +227,10 @@ fn the_families_listed_are_the_ones_served_once_sampled() {
     let listed = exported_series(worker.families());
     assert!(listed.contains("streamkeeper_task_phase_transitions_total"));
     let operator = streamkeeper::telemetry::metrics::Metrics::new();
-    // Its two labelled families get a sample; the rest are plain metrics, always served.
+    // Its labelled families get a sample; the rest are plain metrics, always served.
     operator.reconcile_started().done(Some("KafkaUnavailable"));
+    operator.object_apply("ConfigMap", true);
+    operator.apiserver_request("get", "secrets".into());
     let text = operator.encode();
     for (name, _) in operator.families() {
         assert!(
