@@ -17,7 +17,9 @@
 //!   test build's: a debug build spends more CPU than the release image);
 //! - the workers' requests from the operator per second, by kind (the heartbeat's cost);
 //! - failover under that load: `SK_FLEET_KILLS` (default 5) kills of a pod's process, each
-//!   timed from the kill to another pod of its job receiving the new document (p50 and max).
+//!   timed from the kill to another pod of its job receiving the new document (p50 and max),
+//!   and `SK_FLEET_FREEZES` (default 2) freezes of one, timed the same way (the heartbeat
+//!   timeout, 2 s, is part of it).
 //!
 //! At the end it restarts the operator (SIGTERM, which releases its Lease, then a new process)
 //! and times the new one until every job's failover loop polls its pods again, and until it
@@ -59,6 +61,8 @@ struct Step {
     rss_bytes: u64,
     /// Kill → another pod of the job received the new document.
     failovers: Vec<Duration>,
+    /// Freeze → another pod of the job received the new document.
+    freezes: Vec<Duration>,
 }
 
 /// Per second over `seconds`.
@@ -299,6 +303,7 @@ async fn measure(probes: &Probes<'_>, window: Duration, jobs: usize, pods: usize
         cpu_share: (ticks_after - ticks_before) as f64 / clock_ticks_per_second() / seconds,
         rss_bytes,
         failovers: Vec::new(),
+        freezes: Vec::new(),
     }
 }
 
@@ -327,6 +332,14 @@ fn print_step(step: &Step) {
             step.failovers.len()
         );
     }
+    if !step.freezes.is_empty() {
+        println!(
+            "  freeze -> document received: p50 {:.2}s, max {:.2}s ({} freezes; heartbeat timeout 2 s)",
+            workers::quantile(&step.freezes, 0.5).as_secs_f64(),
+            workers::quantile(&step.freezes, 1.0).as_secs_f64(),
+            step.freezes.len()
+        );
+    }
 }
 
 fn step_json(step: &Step) -> serde_json::Value {
@@ -350,6 +363,7 @@ fn step_json(step: &Step) -> serde_json::Value {
         "kill_to_document_seconds": step.failovers.iter().map(Duration::as_secs_f64).collect::<Vec<_>>(),
         "kill_to_document_p50_seconds": failover(0.5),
         "kill_to_document_max_seconds": failover(1.0),
+        "freeze_to_document_seconds": step.freezes.iter().map(Duration::as_secs_f64).collect::<Vec<_>>(),
     })
 }
 
@@ -386,6 +400,7 @@ async fn main() {
     let pods: i32 = setting("SK_FLEET_PODS", "4").parse().unwrap();
     let window = Duration::from_secs(setting("SK_FLEET_WINDOW_SECONDS", "30").parse().unwrap());
     let kills: usize = setting("SK_FLEET_KILLS", "5").parse().unwrap();
+    let freezes: usize = setting("SK_FLEET_FREEZES", "2").parse().unwrap();
     let workers = workers::Workers::from_env();
     let client = operator_support::client().await;
     let namespace = operator_support::namespace(&client, "fleet").await;
@@ -421,8 +436,13 @@ async fn main() {
         // Kills spread over the jobs, one at a time, each job whole again before the next.
         for kill in 0..kills {
             let job = format!("job{}", kill * size / kills.max(1));
-            step.failovers
-                .push(workers.time_a_kill(&client, &namespace, &job).await);
+            let took = workers.time_a_fault(&client, (&namespace, &job), "refuse");
+            step.failovers.push(took.await);
+        }
+        for freeze in 0..freezes {
+            let job = format!("job{}", (freeze * size / freezes.max(1) + 1) % size);
+            let took = workers.time_a_fault(&client, (&namespace, &job), "silent");
+            step.freezes.push(took.await);
         }
         print_step(&step);
         steps.push(step);
@@ -443,21 +463,24 @@ async fn main() {
     );
 
     println!(
-        "\n| jobs | pods | operator's apiserver requests/s | a job | all clients' | operator CPU | operator RSS | worker calls/s | kill → document p50 / max |"
+        "\n| jobs | pods | operator's apiserver requests/s | a job | all clients' | operator CPU | operator RSS | worker calls/s | kill → document p50 / max | freeze → document p50 / max |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
-    for step in &steps {
-        let failover = if step.failovers.is_empty() {
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let p50_max = |samples: &[Duration]| {
+        if samples.is_empty() {
             "-".to_string()
         } else {
             format!(
                 "{:.2} s / {:.2} s",
-                workers::quantile(&step.failovers, 0.5).as_secs_f64(),
-                workers::quantile(&step.failovers, 1.0).as_secs_f64()
+                workers::quantile(samples, 0.5).as_secs_f64(),
+                workers::quantile(samples, 1.0).as_secs_f64()
             )
-        };
+        }
+    };
+    for step in &steps {
+        let (failover, freeze) = (p50_max(&step.failovers), p50_max(&step.freezes));
         println!(
-            "| {} | {} | {:.2} | {:.4} | {:.1} | {:.1} % of a core | {:.0} MiB | {:.0} | {failover} |",
+            "| {} | {} | {:.2} | {:.4} | {:.1} | {:.1} % of a core | {:.0} MiB | {:.0} | {failover} | {freeze} |",
             step.jobs,
             step.pods,
             total(&step.operator, step.seconds),

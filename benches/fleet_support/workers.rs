@@ -94,15 +94,20 @@ impl Workers {
             .unwrap_or_default()
     }
 
-    /// Kills the process of job `job`'s first pod (its port refuses, as a killed worker's
-    /// does) and times how long until another of its pods received a new document. The pod then
-    /// restarts (a new process) and is given its document before this returns, so the job is
-    /// whole for the next kill.
-    pub async fn time_a_kill(&self, client: &kube::Client, namespace: &str, job: &str) -> Duration {
+    /// Brings `fault` on the process of job `job`'s first pod (`refuse`: its port refuses, as
+    /// a killed worker's does; `silent`: it answers nothing, as a frozen one) and times how long
+    /// until another of its pods received a new document. The pod then restarts (a new process)
+    /// and is given its document before this returns, so the job is whole for the next fault.
+    pub async fn time_a_fault(
+        &self,
+        client: &kube::Client,
+        (namespace, job): (&str, &str),
+        fault: &str,
+    ) -> Duration {
         let ips = pod_ips(client, namespace, job).await;
         let (victim, others) = ips.split_first().expect("the job's pods");
         let killed_at = now_ms();
-        self.act(victim, "refuse");
+        self.act(victim, fault);
         let received = support::wait_until(
             "a new document on another pod",
             FAILOVER_LIMIT,

@@ -13,6 +13,8 @@
 //! 2. The formats, each with a round-trip test:
 //!    - [`worker_config`]: the config the operator renders for each worker;
 //!    - [`task_report`]: what a worker reports about its tasks (`GET /v1/tasks`);
+//!    - [`report_stream`]: the same reports as a stream of changes and heartbeats
+//!      (`GET /v1/tasks/stream`);
 //!    - [`worker_http`]: the worker's HTTP paths, its error document and the token rule of its
 //!      mutating requests;
 //!    - [`manifest`] and [`checkpoint_layout`]: a checkpoint in S3, and where its objects live;
@@ -37,6 +39,7 @@ pub mod co_partitioning;
 pub mod manifest;
 pub mod module_digest;
 pub mod owner_marker;
+pub mod report_stream;
 pub mod restore_request;
 pub mod task_report;
 pub mod worker_config;

@@ -12,12 +12,13 @@
 //! - [`secret_reads`]: the Secrets holding those services' credentials (and the worker token),
 //!   kept a while instead of read at every reconcile.
 //! - [`worker_client`]: the workers' HTTP API: task reports, assignment documents, checkpoint
-//!   requests.
+//!   requests; [`report_stream`] reads a worker's reports as a stream.
 
 pub mod changelog_owner;
 pub mod checkpoints;
 pub mod kafka_admin;
 pub mod kafka_security;
+pub mod report_stream;
 pub mod secret_reads;
 pub mod wasm_module;
 pub mod worker_client;

@@ -1,5 +1,6 @@
 //! The operator's calls to a worker's HTTP port: `GET /v1/tasks` (each task's report, for the
-//! job's status and the failover loop, several times a second per pod), `PUT /v1/assignment`
+//! job's status, and for the failover loop's links to workers older than the report stream of
+//! [`super::report_stream`]), `PUT /v1/assignment`
 //! (the failover loop's decision) and `POST /v1/checkpoints` (take a checkpoint of every active
 //! task now, answered when the manifests are written), before suspend. The mutating ones carry
 //! the job's worker token (`Authorization: Bearer`); paths and header are the contract's
@@ -80,7 +81,7 @@ pub async fn request_checkpoint(
 ) -> Result<(), WorkerCallError> {
     let call = Call {
         method: Method::POST,
-        path: CHECKPOINTS_PATH,
+        path: CHECKPOINTS_PATH.to_string(),
         authorization: token.map(WorkerToken::authorization),
         body: Vec::new(),
     };
@@ -100,7 +101,7 @@ pub async fn put_assignment(
 ) -> Result<(), WorkerCallError> {
     let call = Call {
         method: Method::PUT,
-        path: ASSIGNMENT_PATH,
+        path: ASSIGNMENT_PATH.to_string(),
         authorization: token.map(WorkerToken::authorization),
         body: document.to_json(),
     };
@@ -118,7 +119,7 @@ pub async fn task_reports(
     let worker = Worker { host, port };
     let call = Call {
         method: Method::GET,
-        path: TASKS_PATH,
+        path: TASKS_PATH.to_string(),
         authorization: None,
         body: Vec::new(),
     };
@@ -127,23 +128,23 @@ pub async fn task_reports(
 }
 
 /// One request to send.
-struct Call {
-    method: Method,
-    path: &'static str,
+pub(super) struct Call {
+    pub(super) method: Method,
+    pub(super) path: String,
     /// The value of the `Authorization` header, if any.
-    authorization: Option<String>,
+    pub(super) authorization: Option<String>,
     /// A JSON body (empty for none).
-    body: Vec<u8>,
+    pub(super) body: Vec<u8>,
 }
 
 /// The worker called, for the errors.
-struct Worker<'a> {
-    host: &'a str,
-    port: u16,
+pub(super) struct Worker<'a> {
+    pub(super) host: &'a str,
+    pub(super) port: u16,
 }
 
 impl Worker<'_> {
-    fn unreachable(&self, source: std::io::Error) -> WorkerCallError {
+    pub(super) fn unreachable(&self, source: std::io::Error) -> WorkerCallError {
         WorkerCallError::Unreachable {
             host: self.host.to_string(),
             port: self.port,
@@ -151,7 +152,7 @@ impl Worker<'_> {
         }
     }
 
-    fn unreadable(&self, reason: String) -> WorkerCallError {
+    pub(super) fn unreadable(&self, reason: String) -> WorkerCallError {
         WorkerCallError::Unreadable {
             host: self.host.to_string(),
             port: self.port,
@@ -161,7 +162,7 @@ impl Worker<'_> {
 
     /// A failure hyper reports: one of the connection (its `io::Error`, kind kept) is
     /// `Unreachable`, one of the answer's framing is `Unreadable`.
-    fn failed(&self, error: hyper::Error) -> WorkerCallError {
+    pub(super) fn failed(&self, error: hyper::Error) -> WorkerCallError {
         let io = std::error::Error::source(&error)
             .and_then(|source| source.downcast_ref::<std::io::Error>())
             .map(std::io::Error::kind);
@@ -216,7 +217,10 @@ async fn exchange_unbounded(worker: &Worker<'_>, call: Call) -> Result<Vec<u8>, 
 
 /// The request `call` describes. Every header is the contract's or a constant; the one that
 /// could be refused, the token, comes from a parsed `WorkerToken`.
-fn request(worker: &Worker<'_>, call: Call) -> Result<Request<Full<Bytes>>, WorkerCallError> {
+pub(super) fn request(
+    worker: &Worker<'_>,
+    call: Call,
+) -> Result<Request<Full<Bytes>>, WorkerCallError> {
     let Call {
         method,
         path,
@@ -244,7 +248,7 @@ fn request(worker: &Worker<'_>, call: Call) -> Result<Request<Full<Bytes>>, Work
 
 /// The body of a 2xx answer; any other status is `Refused`, with the worker's reason when its
 /// body is the worker's error document.
-async fn read_answer(
+pub(super) async fn read_answer(
     worker: &Worker<'_>,
     response: Response<Incoming>,
 ) -> Result<Vec<u8>, WorkerCallError> {

@@ -1,15 +1,17 @@
-//! Which worker pods are alive, from the operator's own heartbeat: it asks every pod for its
-//! task reports a few times a second. Pure bookkeeping, so the rule is unit-tested.
+//! Which worker pods are alive, from the operator's own heartbeat: each pod's report stream
+//! (a worker older than the stream is asked for its reports a few times a second instead; see
+//! [`super::links`]). Pure bookkeeping, so the rule is unit-tested.
 //!
 //! - A refused connection means no process listens on the pod's port (it died, or restarts):
 //!   the pod is down at once, with no grace, since nothing runs its tasks.
 //! - A pod that does not answer (a frozen process, a lost node, a partition) is down once it
 //!   has left the heartbeat unanswered for the job's heartbeat timeout ([`DEFAULT_SUSPECT_AFTER`]
 //!   unless `spec.recovery.heartbeatTimeout` says otherwise): a few polls, not the node
-//!   controller's 40 s. The silence counts from the first question it left unanswered, not from
-//!   its last answer: while the operator itself is held up (a slow apiserver call, a starved
-//!   process), nobody asked the pod anything, and one missed poll after such a pause is not
-//!   seconds of silence.
+//!   controller's 40 s. On a stream the silence counts from the last frame, found by the link's
+//!   own timer, where a frame that already arrived wins over the timer: an operator held up
+//!   (a slow apiserver call, a starved process) reads what came meanwhile, not a silence. A
+//!   polled worker's silence counts from the first question it left unanswered, not from its
+//!   last answer: while the operator was held up, nobody asked it anything.
 //! - A pod whose process was replaced (another process answers under its name, or the pod was
 //!   recreated) is down until one decision has been made without it: the process that ran its
 //!   tasks is gone, however quickly the next one came up. A pod force-deleted and recreated

@@ -6,8 +6,8 @@
 //! same steps, each a module of [`poll`]:
 //!
 //! 1. refresh: the job's pods, from the apiserver;
-//! 2. heartbeat: every worker pod's task reports, whose answers or silence say which pods are
-//!    alive ([`health`]);
+//! 2. heartbeat: every worker pod's task reports, as its report stream brought them
+//!    ([`links`]), whose answers or silence say which pods are alive ([`health`]);
 //! 3. decide: the next assignment, by the contract's rule, from the live pods and each copy's
 //!    lag ([`rule_inputs`]);
 //! 4. store: a changed document is stored ([`document_store`]) before any worker hears of it;
@@ -31,6 +31,7 @@ pub mod document_store;
 mod events;
 pub mod health;
 pub mod job;
+pub mod links;
 pub mod moves;
 pub mod poll;
 pub mod registry;

@@ -13,6 +13,7 @@ use super::delivery::Delivery;
 use super::document_store::MovesRecord;
 use super::health::Heartbeats;
 use super::job::{FailoverDeps, FailoverJob};
+use super::links::Links;
 use super::moves;
 use super::rule_inputs::PodFacts;
 use super::shared::Shared;
@@ -23,10 +24,8 @@ use std::time::{Duration, Instant};
 use streamkeeper_contract::AssignmentDocument;
 use tokio::sync::watch;
 
-/// How often every pod is asked for its reports.
+/// How often the loop reads its pods' links and decides.
 pub const POLL_EVERY: Duration = Duration::from_millis(250);
-/// How long one poll may take before it counts as silence.
-pub(super) const POLL_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often the pod list is read from the apiserver.
 pub(super) const LIST_EVERY: Duration = Duration::from_secs(1);
 /// How soon an unchanged document is sent again to a pod that does not act on it yet (or that
@@ -59,6 +58,8 @@ pub(super) struct LoopState {
     pub(super) unreported: Option<MovesRecord>,
     pub(super) read_back: bool,
     pub(super) heartbeats: Heartbeats,
+    /// Each pod's report stream, by pod name.
+    pub(super) links: Links,
     pub(super) pods: Vec<ListedPod>,
     /// Pods whose worker said at the last poll that it is shutting down.
     pub(super) stopping: BTreeSet<String>,
@@ -89,6 +90,7 @@ pub(super) async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob
         unreported: None,
         read_back: false,
         heartbeats: Heartbeats::default(),
+        links: Links::default(),
         pods: Vec::new(),
         stopping: BTreeSet::new(),
         newest_recorded_generation: 0,
@@ -113,8 +115,9 @@ pub(super) async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob
         let current = job.borrow_and_update().clone();
         if deps.leadership.check().is_err() {
             // A later leadership reads the stored document again: another leader may have
-            // moved it on meanwhile.
+            // moved it on meanwhile. The links close: the leader follows the pods.
             state.read_back = false;
+            state.links.clear();
             continue;
         }
         if let Err(error) = tick(&deps, &current, &mut state, &shared).await {

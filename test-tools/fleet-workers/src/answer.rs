@@ -10,6 +10,7 @@
 use crate::pod::PodState;
 use std::collections::BTreeMap;
 use streamkeeper_contract::Versioned;
+use streamkeeper_contract::report_stream::REPORT_STREAM_PATH;
 use streamkeeper_contract::task_report::TaskRole;
 use streamkeeper_contract::worker_http::{
     self, ASSIGNMENT_PATH, CHECKPOINTS_PATH, ErrorDocument, HEALTHZ_PATH, METRICS_PATH,
@@ -82,6 +83,8 @@ pub fn answer(state: &mut PodState, request: Request<'_>, lag: i64, now_ms: u64)
             ..Answer::text(200, "# EOF\n")
         },
         ("GET" | "HEAD", TASKS_PATH) => Answer::json(200, state.reports(lag).to_json()),
+        // The stream itself is served by `serve`; a worker from before it gets here.
+        ("GET", REPORT_STREAM_PATH) => Answer::error(404, format!("no route {}", request.path)),
         ("PUT", ASSIGNMENT_PATH) => match state.assign(request.body, now_ms) {
             Ok(roles) => Answer::json(200, roles_document(&roles)),
             Err(refused) => Answer::json(refused.status(), refused.document().to_json()),

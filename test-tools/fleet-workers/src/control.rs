@@ -9,6 +9,7 @@
 //! | `GET /pods/{ip}` | one pod |
 //! | `POST /pods/{ip}/refuse`, `/silent`, `/restart`, `/normal` | that fault ([`Command`]) |
 //! | `POST /pods/{ip}/slow?ms=N`, `/lag?records=N` | answer after N ms; report lag N |
+//! | `POST /pods/{ip}/older` | answer as a worker from before the report stream, until restarted |
 //! | `GET /pods/{ip}/assignments` | each new document's arrival (`atMs`, unix ms) and generation |
 //! | `GET /stats` | pods, connections, and requests by `METHOD path` |
 //!
@@ -108,11 +109,12 @@ async fn act(
         ("normal", ..) => Command::Normal,
         ("slow", Some(ms), _) => Command::Slow(ms),
         ("lag", _, Some(records)) => Command::Lag(records),
+        ("older", ..) => Command::Older,
         _ => {
             return error(
                 StatusCode::BAD_REQUEST,
                 format!(
-                    "unknown action {action:?}: refuse, silent, restart, normal, slow?ms=N or lag?records=N"
+                    "unknown action {action:?}: refuse, silent, restart, normal, older, slow?ms=N or lag?records=N"
                 ),
             );
         }

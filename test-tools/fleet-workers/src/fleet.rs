@@ -24,6 +24,8 @@ pub enum Command {
     Slow(u64),
     /// Report this lag on every task.
     Lag(i64),
+    /// Answer as a worker from before the report stream (404 on it), until restarted.
+    Older,
     /// A new process: new name, no assignment, no faults, a new listener.
     Restart,
     /// No faults, listening, the same process (a frozen one thaws with its state).
@@ -228,6 +230,7 @@ impl Fleet {
             }
             Command::Slow(delay_ms) => set(&|f| f.delay_ms = delay_ms),
             Command::Lag(lag) => set(&|f| f.lag = lag),
+            Command::Older => set(&|f| f.older = true),
             Command::Restart => {
                 // The old process's connections die with it, before the new one listens.
                 pod.listening().take();

@@ -39,6 +39,8 @@ pub struct Faults {
     pub delay_ms: u64,
     /// Reported as every task's lag: `inputLag` of an active, `changelogLag` of a standby.
     pub lag: i64,
+    /// Answers as a worker from before the report stream: 404 on `GET /v1/tasks/stream`.
+    pub older: bool,
 }
 
 impl Default for Faults {
@@ -47,6 +49,7 @@ impl Default for Faults {
             availability: Availability::Serving,
             delay_ms: 0,
             lag: 0,
+            older: false,
         }
     }
 }

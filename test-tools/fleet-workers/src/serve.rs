@@ -1,21 +1,25 @@
 //! A simulated pod's listener: HTTP/1.1 on the pod's own loopback address, answered by
-//! [`crate::answer`], held or delayed as the pod's faults say. Closing it (dropping its
+//! [`crate::answer`] (and the report stream here, a frame a beat), held or delayed as the pod's
+//! faults say. Closing it (dropping its
 //! [`Listening`]) closes the listening socket and every connection it took, as a killed process
 //! does: the operator's next connect is refused at once, and a call in flight ends.
 
 use crate::answer::{self, Answer};
 use crate::fleet::{Inner, Pod, now_ms};
 use crate::pod::Plan;
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Bytes, Frame, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use streamkeeper_contract::report_stream::{self, FrameWriter, REPORT_STREAM_PATH};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 
@@ -87,17 +91,24 @@ async fn connection(
     }
 }
 
+/// An answer's body: whole, or the report stream.
+type AnswerBody = UnsyncBoxBody<Bytes, Infallible>;
+
 async fn respond(
     request: Request<Incoming>,
     pod: Arc<Pod>,
     fleet: Arc<Inner>,
-) -> Result<Response<Full<Bytes>>, hyper::Error> {
+) -> Result<Response<AnswerBody>, hyper::Error> {
     let (parts, body) = request.into_parts();
     let method = parts.method.as_str();
     let path = parts.uri.path();
     fleet.count_request(method, path);
     pod.requests.fetch_add(1, Ordering::Relaxed);
     let body = body.collect().await?.to_bytes();
+    if method == "GET" && path == REPORT_STREAM_PATH && !pod.faults.borrow().older {
+        let beat = report_stream::beat_from_query(parts.uri.query());
+        return Ok(report_stream_answer(pod, beat));
+    }
     let lag = wait_for_faults(&pod).await;
     let authorization = parts
         .headers
@@ -111,6 +122,29 @@ async fn respond(
     };
     let answer = answer::answer(&mut pod.state(), request, lag, now_ms());
     Ok(response(answer, method == "HEAD"))
+}
+
+/// The report stream: a frame every `beat`, each held by the pod's faults as an answer is (a
+/// frozen pod sends nothing, a slow one sends late).
+fn report_stream_answer(pod: Arc<Pod>, beat: Duration) -> Response<AnswerBody> {
+    let mut ticks = tokio::time::interval(beat);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let frames = futures::stream::unfold(
+        (FrameWriter::default(), ticks, pod),
+        |(mut writer, mut ticks, pod)| async move {
+            ticks.tick().await;
+            let lag = wait_for_faults(&pod).await;
+            let reports = pod.state().reports(lag);
+            let line = writer.next(&reports, Instant::now()).to_line();
+            Some((Ok(Frame::data(Bytes::from(line))), (writer, ticks, pod)))
+        },
+    );
+    let mut response = Response::new(StreamBody::new(frames).boxed_unsync());
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(report_stream::CONTENT_TYPE),
+    );
+    response
 }
 
 /// Waits as long as the pod is frozen, then its delay; gives the lag to report.
@@ -130,7 +164,7 @@ async fn wait_for_faults(pod: &Pod) -> i64 {
     pod.faults.borrow().lag
 }
 
-fn response(answer: Answer, head: bool) -> Response<Full<Bytes>> {
+fn response(answer: Answer, head: bool) -> Response<AnswerBody> {
     let Answer {
         status,
         content_type,
@@ -138,7 +172,7 @@ fn response(answer: Answer, head: bool) -> Response<Full<Bytes>> {
         challenge,
     } = answer;
     let body = if head { Vec::new() } else { body };
-    let mut response = Response::new(Full::new(Bytes::from(body)));
+    let mut response = Response::new(Full::new(Bytes::from(body)).boxed_unsync());
     *response.status_mut() =
         hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
     let headers = response.headers_mut();

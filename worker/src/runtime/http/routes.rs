@@ -6,7 +6,7 @@ use crate::checkpoint::CheckpointService;
 use crate::metrics::WorkerMetrics;
 use crate::runtime::assignment::Assignments;
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{RawQuery, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use streamkeeper_contract::report_stream::{self, REPORT_STREAM_PATH};
 use streamkeeper_contract::worker_http::{
     self, ASSIGNMENT_PATH, CHECKPOINTS_PATH, HEALTHZ_PATH, METRICS_PATH, READYZ_PATH, Refusal,
     TASKS_PATH, TokenError, WWW_AUTHENTICATE_CHALLENGE,
@@ -99,6 +100,7 @@ pub fn router(
         .route(READYZ_PATH, get(ready))
         .route(METRICS_PATH, get(metrics_text))
         .route(TASKS_PATH, get(tasks))
+        .route(REPORT_STREAM_PATH, get(task_stream))
         .route(CHECKPOINTS_PATH, post(checkpoint_now))
         .route(ASSIGNMENT_PATH, put(assign))
         .with_state(HttpState {
@@ -200,16 +202,27 @@ fn process_name() -> &'static str {
 }
 
 async fn tasks(State(state): State<HttpState>) -> impl IntoResponse {
+    axum::Json(reports_now(&state))
+}
+
+/// The reports as a stream: a frame every beat the query asks for (see `stream`).
+async fn task_stream(State(state): State<HttpState>, RawQuery(query): RawQuery) -> Response {
+    let beat = report_stream::beat_from_query(query.as_deref());
+    super::stream::answer(beat, move || reports_now(&state))
+}
+
+/// What `GET /v1/tasks` answers, and each frame of the stream is made from.
+fn reports_now(state: &HttpState) -> TaskReportsDocument {
     let generation = state.assignments.as_ref().and_then(|a| a.generation());
     let reports = TaskReportsDocument::new(state.board.snapshot())
         .acting_on(generation)
         .answered_by(process_name());
     let stopping = state.assignments.as_ref().is_some_and(|a| a.stopping());
-    axum::Json(if stopping {
+    if stopping {
         reports.stopping()
     } else {
         reports
-    })
+    }
 }
 
 async fn checkpoint_now(State(state): State<HttpState>) -> Response {
@@ -278,6 +291,8 @@ async fn assign(State(state): State<HttpState>, body: axum::body::Bytes) -> impl
 mod tests {
     use super::*;
     use std::net::SocketAddr;
+    use streamkeeper_contract::Versioned;
+    use streamkeeper_contract::report_stream::ReportFrame;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     const TOKEN: &str = "0123456789abcdef0123456789abcdef-test-token";
@@ -350,6 +365,62 @@ mod tests {
         assert_eq!(status, 200);
         let (status, _, _) = call(address, "GET /healthz HTTP/1.1").await;
         assert_eq!(status, 200);
+    }
+
+    /// The frames of a report stream read from `address` until `count` have arrived.
+    async fn stream_frames(address: SocketAddr, count: usize) -> (String, Vec<ReportFrame>) {
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        let request = "GET /v1/tasks/stream?beatMs=50 HTTP/1.1\r\nHost: x\r\n\r\n";
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut seen = Vec::new();
+        let mut buffer = [0u8; 4096];
+        loop {
+            let read = stream.read(&mut buffer).await.unwrap();
+            assert!(
+                read > 0,
+                "the stream ended: {}",
+                String::from_utf8_lossy(&seen)
+            );
+            seen.extend_from_slice(&buffer[..read]);
+            let text = String::from_utf8_lossy(&seen).to_string();
+            let Some((head, body)) = text.split_once("\r\n\r\n") else {
+                continue;
+            };
+            // Chunked: the frames are the lines that hold JSON, between the chunk sizes.
+            let frames: Vec<ReportFrame> = body
+                .split(['\r', '\n'])
+                .filter(|line| line.starts_with('{'))
+                .map(|line| ReportFrame::from_json(line.as_bytes()).unwrap())
+                .collect();
+            if frames.len() >= count {
+                return (head.to_ascii_lowercase(), frames);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_report_stream_sends_the_document_then_beats_while_the_poll_still_answers() {
+        let address = serve_router(TokenSource::Unset).await;
+        let (head, frames) = stream_frames(address, 3).await;
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        assert!(
+            head.contains("content-type: application/x-ndjson"),
+            "{head}"
+        );
+        let document = frames[0]
+            .document
+            .clone()
+            .expect("the whole document first");
+        assert_eq!(document.process.as_deref(), Some(process_name()));
+        assert!(frames[1..].iter().all(ReportFrame::is_beat), "{frames:?}");
+
+        // An operator of the version before the stream polls; the worker still answers it.
+        let (status, _, body) = call(address, "GET /v1/tasks HTTP/1.1").await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            TaskReportsDocument::from_json(body.as_bytes()).unwrap(),
+            document
+        );
     }
 
     #[tokio::test]
