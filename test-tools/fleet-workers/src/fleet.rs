@@ -232,8 +232,10 @@ impl Fleet {
             Command::Lag(lag) => set(&|f| f.lag = lag),
             Command::Older => set(&|f| f.older = true),
             Command::Restart => {
-                // The old process's connections die with it, before the new one listens.
-                pod.listening().take();
+                // The old process's connections die with it, before the new one answers.
+                if let Some(listening) = pod.listening().as_ref() {
+                    listening.cut_connections();
+                }
                 pod.state().restart(self.new_process(ip));
                 set(&|f| *f = Faults::default());
                 self.listen(&pod)?;

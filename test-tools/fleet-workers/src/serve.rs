@@ -30,6 +30,16 @@ const BACKLOG: u32 = 128;
 /// An open listener. Dropping it closes the listener and its connections.
 pub struct Listening {
     _close: watch::Sender<()>,
+    /// Told to end every connection open now, the listener staying open.
+    cut: watch::Sender<()>,
+}
+
+impl Listening {
+    /// Ends every connection open now and keeps listening: a process restarted in place. (A new
+    /// listener could not bind at once: the old one closes only once its task next runs.)
+    pub fn cut_connections(&self) {
+        self.cut.send_replace(());
+    }
 }
 
 /// Binds `address` and serves `pod` there until the returned [`Listening`] is dropped.
@@ -45,15 +55,16 @@ pub(crate) fn listen(
     socket.bind(address)?;
     let listener = socket.listen(BACKLOG)?;
     let (close, closed) = watch::channel(());
-    tokio::spawn(accept(listener, pod, fleet, closed));
-    Ok(Listening { _close: close })
+    let cut = watch::Sender::new(());
+    tokio::spawn(accept(listener, (pod, fleet), closed, cut.clone()));
+    Ok(Listening { _close: close, cut })
 }
 
 async fn accept(
     listener: TcpListener,
-    pod: Arc<Pod>,
-    fleet: Arc<Inner>,
+    (pod, fleet): (Arc<Pod>, Arc<Inner>),
     mut closed: watch::Receiver<()>,
+    cut: watch::Sender<()>,
 ) {
     loop {
         tokio::select! {
@@ -62,8 +73,8 @@ async fn accept(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     fleet.connections.fetch_add(1, Ordering::Relaxed);
-                    let closed = closed.clone();
-                    tokio::spawn(connection(stream, Arc::clone(&pod), Arc::clone(&fleet), closed));
+                    let ends = (closed.clone(), cut.subscribe());
+                    tokio::spawn(connection(stream, Arc::clone(&pod), Arc::clone(&fleet), ends));
                 }
                 Err(error) => {
                     // Out of descriptors, most likely: keep the listener, retry shortly rather
@@ -80,7 +91,7 @@ async fn connection(
     stream: TcpStream,
     pod: Arc<Pod>,
     fleet: Arc<Inner>,
-    mut closed: watch::Receiver<()>,
+    (mut closed, mut cut): (watch::Receiver<()>, watch::Receiver<()>),
 ) {
     let service = service_fn(move |request| respond(request, Arc::clone(&pod), Arc::clone(&fleet)));
     let served = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
@@ -88,6 +99,7 @@ async fn connection(
         _ = served => {}
         // Dropping the connection mid-request resets it, as the death of its process would.
         _ = closed.changed() => {}
+        _ = cut.changed() => {}
     }
 }
 

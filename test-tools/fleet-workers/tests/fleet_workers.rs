@@ -298,3 +298,71 @@ async fn a_slow_pod_answers_after_its_delay_and_a_lagging_one_reports_its_lag() 
     fleet.act(0, "normal").await;
     assert_eq!(fleet.reports(0).await.tasks[0].input_lag, Some(0));
 }
+
+/// Reads from `stream` until `count` frames of the report stream have come (chunked: the frames
+/// are the lines holding JSON, between the chunk sizes).
+async fn frames(
+    stream: &mut TcpStream,
+    count: usize,
+) -> Vec<streamkeeper_contract::report_stream::ReportFrame> {
+    let mut seen = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let read = stream.read(&mut buffer).await.unwrap();
+        assert!(
+            read > 0,
+            "the stream ended: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buffer[..read]);
+        let text = String::from_utf8_lossy(&seen).to_string();
+        let Some((_, body)) = text.split_once("\r\n\r\n") else {
+            continue;
+        };
+        let frames: Vec<_> = body
+            .split(['\r', '\n'])
+            .filter(|line| line.starts_with('{'))
+            .map(|line| {
+                streamkeeper_contract::report_stream::ReportFrame::from_json(line.as_bytes())
+                    .unwrap()
+            })
+            .collect();
+        if frames.len() >= count {
+            return frames;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_pod_restarted_at_once_ends_its_stream_and_answers_as_a_new_process() {
+    let fleet = start(6).await;
+    let mut stream = TcpStream::connect(fleet.pods[0]).await.unwrap();
+    let head = "GET /v1/tasks/stream?beatMs=50 HTTP/1.1\r\nhost: worker\r\n\r\n";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let first = frames(&mut stream, 2).await;
+    let before = first[0].document.clone().expect("the whole document first");
+    assert!(first[1].is_beat());
+
+    // Frozen, then restarted at once: the listener is the same, so no bind can fail.
+    fleet.act(0, "silent").await;
+    fleet.act(0, "restart").await;
+    let mut rest = Vec::new();
+    let ended = stream.read_to_end(&mut rest).await;
+    assert!(
+        ended.is_err() || !rest.ends_with(b"0\r\n\r\n"),
+        "cut, not finished"
+    );
+    let after = fleet.reports(0).await;
+    assert_ne!(after.process, before.process);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_pod_has_no_report_stream() {
+    let fleet = start(7).await;
+    fleet.act(1, "older").await;
+    let (status, _) = call(fleet.pods[1], "GET", "/v1/tasks/stream", None, b"")
+        .await
+        .unwrap();
+    assert_eq!(status, 404);
+    assert_eq!(fleet.reports(1).await.tasks.len(), 0, "still polled");
+}
