@@ -6,7 +6,6 @@ use crate::api::StatefulStreamJob;
 use crate::failover::{FailoverDeps, Failovers};
 use crate::leader::Leadership;
 use crate::telemetry::metrics::Metrics;
-use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use std::collections::HashMap;
@@ -57,7 +56,7 @@ pub struct Context {
     pub jobs: std::sync::OnceLock<kube::runtime::reflector::Store<StatefulStreamJob>>,
     /// The controller's watch cache of the worker pods, once it runs: every failover loop reads
     /// its job's pods here instead of listing them.
-    pub pods: std::sync::OnceLock<kube::runtime::reflector::Store<Pod>>,
+    pub pods: std::sync::OnceLock<crate::k8s::pod_cache::PodCache>,
     /// The Secrets the reconciles read, kept a while ([`crate::adapters::secret_reads`]).
     pub secrets: Arc<crate::adapters::secret_reads::SecretReads>,
     /// The zones of the nodes, read once for every job's failover loop.

@@ -13,6 +13,7 @@ use crate::controller::reconcile::{error_policy, reconcile};
 use crate::controller::relevant::reconcile_relevant;
 use crate::k8s::labels;
 use crate::k8s::owned_cache::OwnedCaches;
+use crate::k8s::pod_cache::PodCache;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
@@ -74,11 +75,8 @@ pub async fn run(
     let owned =
         watcher::Config::default().labels(&format!("{}={}", labels::MANAGED_BY, labels::MANAGER));
     // The caches the apply step compares with (an object already as desired is not applied
-    // again), fed by watches of their own that nothing holds back. They are not the
-    // controller's trigger streams: those are read only as fast as reconciles finish, and an
-    // unread watch response held up the apiserver connection the reconciles' own requests
-    // needed (seen: an operator restarted over 50 jobs, 16 reconciles at once, never finished
-    // one).
+    // again), fed by watches of their own that nothing holds back: the controller's trigger
+    // streams are read only as fast as reconciles finish.
     let (stateful_sets, stateful_set_cache) = cache_owned::<StatefulSet>(&client, namespace);
     let (config_maps, config_map_cache) = cache_owned::<ConfigMap>(&client, namespace);
     let (services, service_cache) = cache_owned::<Service>(&client, namespace);
@@ -163,7 +161,8 @@ fn watch_worker_pods(
     namespace: Option<&str>,
 ) -> impl Future<Output = ()> + use<> {
     let (reader, writer) = reflector::store();
-    if ctx.pods.set(reader).is_err() {
+    let (cache, listed) = PodCache::new(reader);
+    if ctx.pods.set(cache).is_err() {
         tracing::warn!("the pod cache was set before: a second controller in one process");
     }
     let workers = format!(
@@ -179,9 +178,14 @@ fn watch_worker_pods(
     )
     .default_backoff()
     .reflect(writer)
-    .for_each(|event| async move {
-        if let Err(error) = event {
-            tracing::warn!(%error, "the worker pod watch failed; retrying");
+    .for_each(move |event| {
+        match event {
+            Ok(watcher::Event::InitDone) => {
+                listed.send_replace(true);
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "the worker pod watch failed; retrying"),
         }
+        std::future::ready(())
     })
 }

@@ -40,7 +40,7 @@ pub struct FailoverDeps {
     pub refresh: status_requests::RefreshSender,
     /// The worker pods as the controller's watch sees them; `None` where no controller runs (a
     /// reconcile run on its own), and the loop lists its job's pods instead.
-    pub pods: Option<kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>>,
+    pub pods: Option<crate::k8s::pod_cache::PodCache>,
     /// The zones of the nodes, read once for every job's loop.
     pub zones: super::zones::NodeZones,
     /// The Secrets read by the reconciles, kept a while: a new loop's first read of the worker

@@ -9,11 +9,39 @@ use kube::api::{Api, ListParams};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use std::sync::Arc;
+use tokio::sync::watch;
+
+/// The watch's cache of the worker pods, and whether its first list is in.
+///
+/// Why not kube's `Store::wait_until_ready`: its readiness is a oneshot receiver, which keeps
+/// the waker of only the last task that polled it. When several tasks wait at once (every job's
+/// reconcile and failover loop, right after the operator starts leading), the first list wakes
+/// one of them and the others wait forever (seen: an operator restarted over 50 and 100 jobs
+/// finished no reconcile and ran one failover loop). A watch channel wakes every waiting task.
+#[derive(Clone)]
+pub struct PodCache {
+    store: Store<Pod>,
+    listed: watch::Receiver<bool>,
+}
+
+impl PodCache {
+    /// The cache over `store`, and the sender the watch marks it listed with (at its first
+    /// `InitDone`).
+    pub fn new(store: Store<Pod>) -> (Self, watch::Sender<bool>) {
+        let (sender, listed) = watch::channel(false);
+        (Self { store, listed }, sender)
+    }
+
+    /// Waits until the watch's first list is in; `false` when the watch stopped before.
+    async fn listed(&self) -> bool {
+        self.listed.clone().wait_for(|listed| *listed).await.is_ok()
+    }
+}
 
 /// The pods of job `job` in `namespace`, found by the job's selector labels: in the watch's
 /// `cache`, or listed from the apiserver where no controller runs (a reconcile run on its own).
 pub async fn job_pods(
-    cache: Option<&Store<Pod>>,
+    cache: Option<&PodCache>,
     client: &Client,
     namespace: &str,
     job: &str,
@@ -26,11 +54,12 @@ pub async fn job_pods(
 
 /// The job's pods in the cache, once the watch's first list is in: before that, an empty cache
 /// would read as a job without pods.
-async fn cached(cache: &Store<Pod>, namespace: &str, job: &str) -> Vec<Arc<Pod>> {
-    if cache.wait_until_ready().await.is_err() {
+async fn cached(cache: &PodCache, namespace: &str, job: &str) -> Vec<Arc<Pod>> {
+    if !cache.listed().await {
         tracing::warn!("the worker pod watch has stopped; its last pods are used");
     }
     cache
+        .store
         .state()
         .into_iter()
         .filter(|pod| selects(pod, namespace, job))
@@ -81,5 +110,45 @@ mod tests {
         let mut unlabelled = pod("shop", "card-count");
         unlabelled.metadata.labels = None;
         assert!(!selects(&unlabelled, "shop", "card-count"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_task_waiting_for_the_first_list_goes_on_once_it_is_in() {
+        use kube::runtime::watcher::Event;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (reader, mut writer) = kube::runtime::reflector::store::<Pod>();
+        let (cache, listed) = PodCache::new(reader);
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap()))
+                .unwrap();
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (cache, client, waiting) =
+                    (cache.clone(), client.clone(), Arc::clone(&waiting));
+                tokio::spawn(async move {
+                    let mut pods =
+                        std::pin::pin!(job_pods(Some(&cache), &client, "shop", "card-count"));
+                    // Polled once before the list is in: this task waits, as a reconcile does.
+                    assert!(futures::poll!(pods.as_mut()).is_pending());
+                    waiting.fetch_add(1, Ordering::SeqCst);
+                    pods.await.unwrap().len()
+                })
+            })
+            .collect();
+        while waiting.load(Ordering::SeqCst) < tasks.len() {
+            tokio::task::yield_now().await;
+        }
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitApply(pod("shop", "card-count")));
+        writer.apply_watcher_event(&Event::InitDone);
+        listed.send_replace(true);
+        for task in tasks {
+            let found = tokio::time::timeout(std::time::Duration::from_secs(5), task)
+                .await
+                .expect("a task waiting for the first list was never woken")
+                .unwrap();
+            assert_eq!(found, 1);
+        }
     }
 }

@@ -96,13 +96,10 @@ pub async fn apply(
         caches: ctx.owned.get(),
         metrics: &ctx.metrics,
     };
-    owned.apply(config_map, Unchanged::Skip).await?;
-    owned.apply(service, Unchanged::Skip).await?;
-    owned.apply(pod_disruption_budget, Unchanged::Skip).await?;
-    // Always applied: the reconcile goes on from the StatefulSet the apiserver returns. (Taken
-    // from the cache instead, an operator restarted over 50 jobs never finished a reconcile;
-    // the cause is not understood yet, see docs/benchmarks.md.)
-    let stateful_set = owned.apply(stateful_set, Unchanged::Apply).await?;
+    owned.apply(config_map).await?;
+    owned.apply(service).await?;
+    owned.apply(pod_disruption_budget).await?;
+    let stateful_set = owned.apply(stateful_set).await?;
     Ok(ApplyOutcome::Applied {
         stateful_set: Box::new(stateful_set),
         changelog_delete_retention_ms,
@@ -223,13 +220,6 @@ fn check_changelog(
     retention::check_changelog_cleanup_policy(config("cleanup.policy").unwrap_or("delete"), time)
 }
 
-/// Whether an object the watch cache holds as desired is applied anyway.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Unchanged {
-    Skip,
-    Apply,
-}
-
 /// Applies objects that are, or will be, the job's own.
 struct Owned<'a> {
     client: &'a Client,
@@ -246,7 +236,7 @@ impl Owned<'_> {
     /// that an object of its name, if there is one, is the job's (named by `object`'s owner
     /// reference); read once per object and operator start ([`Verified`]). Nothing is sent
     /// when the watch cache holds the object as desired: the cached object is returned.
-    async fn apply<K>(&self, object: &K, unchanged: Unchanged) -> Result<K, ApplyError>
+    async fn apply<K>(&self, object: &K) -> Result<K, ApplyError>
     where
         K: CachedKind + Serialize + DeserializeOwned + Debug,
     {
@@ -257,7 +247,6 @@ impl Owned<'_> {
             .caches
             .and_then(|caches| caches.get::<K>(self.namespace, &name));
         if let Some(current) = &cached
-            && unchanged == Unchanged::Skip
             && unchanged::already_applied(&desired, current.as_ref())
         {
             self.metrics.object_apply(&kind, true);
