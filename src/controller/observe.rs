@@ -30,11 +30,16 @@ pub struct WorkerFacts {
 
 /// Each running worker pod's task reports (a pod that does not answer reports nothing, so its
 /// tasks show no owner until it does), and a worker's refusal of its config, from the pods'
-/// container statuses.
+/// container statuses. The reports come from the job's failover loop, which hears every pod's
+/// report stream; a pod the loop has no answer from is asked (`GET /v1/tasks`).
 pub async fn workers(ctx: &Context, job: &ValidatedJob) -> Result<WorkerFacts, ReconcileError> {
     let pods = job_pods(ctx, job).await?;
     let refusal = worker_refusal(&pods);
     let port = u16::try_from(names::HTTP_PORT).unwrap_or(8080);
+    let heard = ctx
+        .failovers
+        .reports(&job.namespace, &job.name)
+        .unwrap_or_default();
     let calls = pods.iter().filter_map(|pod| {
         let status = pod.status.as_ref()?;
         if status.phase.as_deref() != Some("Running") || pod.metadata.deletion_timestamp.is_some() {
@@ -42,7 +47,11 @@ pub async fn workers(ctx: &Context, job: &ValidatedJob) -> Result<WorkerFacts, R
         }
         let host = status.pod_ip.clone()?;
         let name = pod.name_any();
+        let heard = heard.get(&name).cloned();
         Some(async move {
+            if let Some(document) = heard {
+                return Some((name, document.tasks.clone()));
+            }
             match worker_client::task_reports(&host, port, REPORT_TIMEOUT).await {
                 Ok(document) => Some((name, document.tasks)),
                 Err(error) => {

@@ -12,8 +12,9 @@ use super::shared::{DrainTarget, LastMoves, Shared, locked};
 use super::status_requests::StatusRefresh;
 use prometheus_client::metrics::gauge::Gauge;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
+use streamkeeper_contract::TaskReportsDocument;
 use tokio::sync::watch;
 
 /// The running loops, by `namespace/name`.
@@ -155,6 +156,17 @@ impl Failovers {
         let shared = self.shared(namespace, name)?;
         let view = locked(&shared.view);
         Some(view.document.as_ref()?.generation)
+    }
+
+    /// What each pod that answered the loop's last poll reported, by pod name; `None` when the
+    /// job has no loop.
+    pub fn reports(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<BTreeMap<String, Arc<TaskReportsDocument>>> {
+        self.shared(namespace, name)
+            .map(|shared| locked(&shared.reports).clone())
     }
 
     /// Each task's last move this process decided.

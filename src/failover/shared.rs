@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 use streamkeeper_contract::task_report::{TaskPhase, TaskRole};
-use streamkeeper_contract::{AssignmentDocument, TaskReport};
+use streamkeeper_contract::{AssignmentDocument, TaskReport, TaskReportsDocument};
 
 /// A pod whose tasks move off before it is deleted (a rolling upgrade).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +30,9 @@ pub(super) struct Shared {
     pub(super) scale_down_since: Arc<Mutex<Option<Instant>>>,
     /// Each task's last moves, for the status.
     pub(super) moves: Arc<Mutex<BTreeMap<u32, LastMoves>>>,
+    /// What each pod that answered the last poll reported, by pod name: the reconcile's status
+    /// reads it instead of asking the pods again.
+    pub(super) reports: Arc<Mutex<BTreeMap<String, Arc<TaskReportsDocument>>>>,
 }
 
 impl Shared {

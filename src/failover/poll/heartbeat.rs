@@ -45,6 +45,7 @@ pub(super) async fn poll(
     let mut reports = Vec::new();
     state.stopping.clear();
     state.holding.clear();
+    state.answered.clear();
     for (pod, heard) in heard {
         // An answer counts from when its frame came, not from this poll: the silence after it
         // is measured from there.
@@ -78,7 +79,8 @@ pub(super) async fn poll(
                 process: document.process.clone(),
             };
             state.holding.insert(pod.clone(), holding);
-            reports.push((pod, document.tasks.clone()));
+            reports.push((pod.clone(), document.tasks.clone()));
+            state.answered.insert(pod, document);
         }
     }
     reports

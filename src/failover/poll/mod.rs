@@ -20,8 +20,9 @@ use super::shared::Shared;
 use crate::k8s::apply::ApiError;
 use crate::k8s::worker_token;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use streamkeeper_contract::AssignmentDocument;
+use streamkeeper_contract::{AssignmentDocument, TaskReportsDocument};
 use tokio::sync::watch;
 
 /// How often the loop reads its pods' links and decides.
@@ -76,6 +77,8 @@ pub(super) struct LoopState {
     pub(super) sent_at: Option<Instant>,
     /// What each pod that answered the last poll said it acts on.
     pub(super) holding: BTreeMap<String, send::Holding>,
+    /// What each pod that answered the last poll reported.
+    pub(super) answered: BTreeMap<String, Arc<TaskReportsDocument>>,
     /// The document last sent to each pod.
     pub(super) sent: BTreeMap<String, send::Sent>,
     pub(super) started: Instant,
@@ -100,6 +103,7 @@ pub(super) async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob
         listed_at: None,
         sent_at: None,
         holding: BTreeMap::new(),
+        answered: BTreeMap::new(),
         sent: BTreeMap::new(),
         started: Instant::now(),
         delivery: Delivery::default(),

@@ -1,13 +1,13 @@
 //! Step 6 of a poll: what the rest of the operator learns. The moves a stored decision made
 //! are reported (log, counter, Event, the job's status; [`super::moves`]) and the stored record
-//! marked reported; the loop's view (owners, standbys, lags, unreachable pods) is published for
-//! the reconciles to read.
+//! marked reported; the loop's view (owners, standbys, lags, unreachable pods) and the reports
+//! of the pods that answered are published for the reconciles to read.
 
 use super::LoopState;
 use crate::failover::document_store::{self, MovesRecord};
 use crate::failover::job::{FailoverDeps, FailoverJob};
 use crate::failover::moves;
-use crate::failover::shared::{Shared, view_of};
+use crate::failover::shared::{Shared, locked, view_of};
 use crate::k8s::apply::ApiError;
 use std::time::Instant;
 use streamkeeper_contract::TaskReport;
@@ -61,6 +61,7 @@ pub(super) fn view(
         .filter(|pod| !state.heartbeats.reachable(&pod.facts.name, now))
         .map(|pod| pod.facts.name.clone())
         .collect();
+    *locked(&shared.reports) = state.answered.clone();
     shared.publish(view_of(
         job.acceptable_recovery_lag,
         state.document.as_ref(),
