@@ -8,8 +8,8 @@
 //! (`tests/services/fleet-workers.sh`), so the operator polls, assigns and fails over as it
 //! would with real workers, without a worker process per pod.
 //!
-//! After each step it waits until every job runs, then measures a window
-//! (`SK_FLEET_WINDOW_SECONDS`, default 30):
+//! After each step it waits until every job runs, and `SK_FLEET_SETTLE_SECONDS` (default 20)
+//! more, then measures a window (`SK_FLEET_WINDOW_SECONDS`, default 30):
 //! - the operator's own requests to the apiserver, by verb and resource (its
 //!   `streamkeeper_operator_apiserver_requests_total`), and the apiserver's total from its
 //!   `/metrics` (the controller-manager's, the scheduler's, KWOK's and the bench's too);
@@ -401,6 +401,7 @@ async fn main() {
     let window = Duration::from_secs(setting("SK_FLEET_WINDOW_SECONDS", "30").parse().unwrap());
     let kills: usize = setting("SK_FLEET_KILLS", "5").parse().unwrap();
     let freezes: usize = setting("SK_FLEET_FREEZES", "2").parse().unwrap();
+    let settle = Duration::from_secs(setting("SK_FLEET_SETTLE_SECONDS", "20").parse().unwrap());
     let workers = workers::Workers::from_env();
     let client = operator_support::client().await;
     let namespace = operator_support::namespace(&client, "fleet").await;
@@ -432,6 +433,8 @@ async fn main() {
             "{size} jobs running {:.1}s after the last was created",
             took.as_secs_f64()
         );
+        // New jobs' first reads and writes (Secrets, status) are not the steady state.
+        tokio::time::sleep(settle).await;
         let mut step = measure(&probes, window, size, size * pods as usize).await;
         // Kills spread over the jobs, one at a time, each job whole again before the next.
         for kill in 0..kills {

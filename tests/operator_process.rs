@@ -286,3 +286,64 @@ async fn a_settled_jobs_reconciles_read_nothing_and_apply_nothing() {
     drop(operator);
     delete_namespace(&client, &namespace).await;
 }
+
+#[tokio::test]
+async fn a_new_job_does_not_make_the_other_jobs_of_its_namespace_read_their_secrets_again() {
+    let client = client().await;
+    let namespace = namespace(&client, "op-neighbours").await;
+    let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), &namespace);
+    let create = async |name: &str| {
+        let input = support::unique_name(&format!("op-{name}-in"));
+        create_topic(&input, 2, &[]).await;
+        let spec = job(name, &input, &support::unique_name(&format!("op-{name}")));
+        jobs.create(&PostParams::default(), &spec).await.unwrap();
+    };
+    create("first").await;
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(&namespace, "operator-neighbours", dir.path());
+    let address = wait_until("the metrics address", TIMEOUT, async || {
+        operator.metrics_address()
+    })
+    .await;
+    let metrics = async || metrics_text(&address).await.unwrap_or_default();
+    let reconciles = |metrics: &str| {
+        counted(
+            metrics,
+            "streamkeeper_operator_reconciles_total{outcome=\"success\"}",
+        )
+    };
+    let unchanged = |metrics: &str| {
+        counted(
+            metrics,
+            "streamkeeper_operator_object_applies_total{kind=\"ConfigMap\",outcome=\"unchanged\"}",
+        )
+    };
+    let settled = wait_until("the first job settled", TIMEOUT, async || {
+        let now = metrics().await;
+        (unchanged(&now) >= 1.0).then_some(now)
+    })
+    .await;
+    // The first job's worker token and the namespace's S3 keys.
+    let before = sent(&settled).secret_reads;
+    assert_eq!(before, 2.0);
+
+    // The second job shares the S3 keys (kept) and reads only whether its token exists.
+    create("second").await;
+    let later = wait_until(
+        "both jobs reconciled three more times",
+        Duration::from_secs(60),
+        async || {
+            let now = metrics().await;
+            (reconciles(&now) >= reconciles(&settled) + 6.0).then_some(now)
+        },
+    )
+    .await;
+    assert_eq!(
+        sent(&later).secret_reads,
+        before + 1.0,
+        "a new job in the namespace is no touch of the others: nothing they kept is read again"
+    );
+
+    drop(operator);
+    delete_namespace(&client, &namespace).await;
+}

@@ -61,8 +61,8 @@ pub struct Context {
     pub secrets: Arc<crate::adapters::secret_reads::SecretReads>,
     /// The zones of the nodes, read once for every job's failover loop.
     node_zones: crate::failover::zones::NodeZones,
-    /// Each job's reconcile-relevant hash when it was last reconciled: a job that changed since
-    /// reads its Secrets anew.
+    /// Each job's touched hash when it was last reconciled: a job touched since reads its
+    /// Secrets anew.
     looked_at: Mutex<HashMap<String, u64>>,
     /// This process's last write of each job's status (see [`crate::k8s::status`]).
     pub status_writes: crate::k8s::status::StatusWrites,
@@ -143,16 +143,40 @@ impl Context {
         self.failures().remove(key);
     }
 
-    /// Whether job `key` changed (its spec, annotations or labels: `relevant` is
-    /// [`crate::controller::relevant::reconcile_relevant`]'s hash) since this process last looked.
-    pub(crate) fn changed_since_last_look(&self, key: &str, relevant: Option<u64>) -> bool {
-        let mut looked_at = self
-            .looked_at
+    /// Whether job `key` was touched (its spec, annotations or labels: `touched` is
+    /// [`crate::controller::relevant::touched`]'s hash) since this process last looked.
+    /// A first look is no change: a new job, or every job at a start, is not a touch announcing
+    /// a rotation (and at 100 jobs in one namespace, each new job dropped every job's kept
+    /// Secrets).
+    pub(crate) fn changed_since_last_look(&self, key: &str, touched: u64) -> bool {
+        changed_since_recorded(&mut self.looked_at(), key, touched)
+    }
+
+    fn looked_at(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+        self.looked_at
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match relevant {
-            Some(hash) => looked_at.insert(key.to_string(), hash) != Some(hash),
-            None => true,
-        }
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Records `hash` as job `key`'s; true when it differs from one recorded before.
+fn changed_since_recorded(looked_at: &mut HashMap<String, u64>, key: &str, hash: u64) -> bool {
+    looked_at
+        .insert(key.to_string(), hash)
+        .is_some_and(|before| before != hash)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_change_after_a_first_look_counts() {
+        let mut looked_at = HashMap::new();
+        assert!(!changed_since_recorded(&mut looked_at, "shop/a", 1));
+        assert!(!changed_since_recorded(&mut looked_at, "shop/a", 1));
+        assert!(!changed_since_recorded(&mut looked_at, "shop/b", 7));
+        assert!(changed_since_recorded(&mut looked_at, "shop/a", 2));
+        assert!(!changed_since_recorded(&mut looked_at, "shop/a", 2));
     }
 }

@@ -52,8 +52,8 @@ pub async fn reconcile(
     let timer = ctx.metrics.reconcile_started();
     let key = job_key(&job);
     let namespace = job.namespace().unwrap_or_default();
-    // A changed job (a rotation is announced by touching it) reads its Secrets anew.
-    if ctx.changed_since_last_look(&key, crate::controller::relevant::reconcile_relevant(&job)) {
+    // A touched job (a rotation is announced by touching it) reads its Secrets anew.
+    if ctx.changed_since_last_look(&key, crate::controller::relevant::touched(&job)) {
         ctx.secrets.forget_namespace(&namespace);
     }
     let result = reconcile_with_finalizer(job, &ctx).await;

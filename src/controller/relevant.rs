@@ -21,6 +21,19 @@ pub fn reconcile_relevant(job: &StatefulStreamJob) -> Option<u64> {
     Some(hasher.finish())
 }
 
+/// A hash of what a person changes to announce a rotation of the job's Secrets: the spec
+/// (through `generation`), annotations and labels. Not the finalizers the operator adds, nor a
+/// deletion: each new job's finalizer would otherwise count as a touch.
+pub fn touched(job: &StatefulStreamJob) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let meta = &job.metadata;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    meta.labels.hash(&mut hasher);
+    hasher.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
