@@ -160,8 +160,7 @@ fn watch_worker_pods(
     client: &Client,
     namespace: Option<&str>,
 ) -> impl Future<Output = ()> + use<> {
-    let (reader, writer) = reflector::store();
-    let (cache, listed) = PodCache::new(reader);
+    let (cache, writer) = PodCache::new();
     if ctx.pods.set(cache).is_err() {
         tracing::warn!("the pod cache was set before: a second controller in one process");
     }
@@ -177,13 +176,11 @@ fn watch_worker_pods(
         watcher::Config::default().labels(&workers),
     )
     .default_backoff()
-    .reflect(writer)
+    // Nothing reads them, and they are a large share of each pod.
+    .modify(|pod| pod.managed_fields_mut().clear())
     .for_each(move |event| {
         match event {
-            Ok(watcher::Event::InitDone) => {
-                listed.send_replace(true);
-            }
-            Ok(_) => {}
+            Ok(event) => writer.event(event),
             Err(error) => tracing::warn!(%error, "the worker pod watch failed; retrying"),
         }
         std::future::ready(())

@@ -94,7 +94,7 @@ mod tests {
 
     #[test]
     fn a_jobs_pods_not_being_deleted_are_listed_by_name_with_their_address_and_node() {
-        // Which pods are the job's is `pod_cache::selects`, tested there.
+        // Which pods are the job's is `pod_cache`'s index, tested there.
         let pods = [
             pod("card-count-1", false),
             pod("card-count-0", false),
