@@ -165,14 +165,14 @@ impl ReportView {
         self.document.as_ref()
     }
 
-    /// Applies the next frame; `Ok(true)` when the document changed.
-    pub fn apply(&mut self, frame: ReportFrame) -> Result<bool, StreamError> {
+    /// Applies the next frame; what it changed.
+    pub fn apply(&mut self, frame: ReportFrame) -> Result<Change, StreamError> {
         if let Some(document) = frame.document {
             self.document = Some(document);
-            return Ok(true);
+            return Ok(Change::News);
         }
         if frame.changed.is_empty() && frame.removed.is_empty() {
-            return Ok(false);
+            return Ok(Change::Nothing);
         }
         let document = self
             .document
@@ -182,15 +182,36 @@ impl ReportView {
             .into_iter()
             .map(|report| (ReportKey::of(&report), report))
             .collect();
+        let mut change = Change::Progress;
         for key in &frame.removed {
             reports.remove(key);
+            change = Change::News;
         }
         for report in frame.changed {
-            reports.insert(ReportKey::of(&report), report);
+            let key = ReportKey::of(&report);
+            let progress = reports
+                .get(&key)
+                .is_some_and(|before| progress_only(before, &report));
+            if !progress {
+                change = Change::News;
+            }
+            reports.insert(key, report);
         }
         document.tasks = reports.into_values().collect();
-        Ok(true)
+        Ok(change)
     }
+}
+
+/// What a frame changed in a reader's view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// A heartbeat.
+    Nothing,
+    /// Progress figures only.
+    Progress,
+    /// Something a failover decision may depend on: a role, a phase, a first commit, a report
+    /// come or gone, the document's own fields.
+    News,
 }
 
 /// The writer's side: what the reader holds, and when it last got progress.
@@ -253,7 +274,7 @@ impl FrameWriter {
             document: self.sent.take(),
         };
         // The reader's view moves by exactly this frame; it holds a document, so this applies.
-        let _ = view.apply(frame.clone());
+        let _applied = view.apply(frame.clone());
         self.sent = view.document;
         frame
     }
@@ -377,6 +398,33 @@ mod tests {
     }
 
     #[test]
+    fn a_reader_tells_progress_from_news() {
+        let mut view = ReportView::default();
+        let running = document(vec![report(0, TaskRole::Active, 1)]);
+        assert_eq!(view.apply(ReportFrame::whole(running)), Ok(Change::News));
+        let progressed = ReportFrame {
+            changed: vec![report(0, TaskRole::Active, 5)],
+            ..ReportFrame::beat()
+        };
+        assert_eq!(view.apply(progressed), Ok(Change::Progress));
+        let mut fenced = report(0, TaskRole::Active, 5);
+        fenced.phase = TaskPhase::Fenced;
+        let news = ReportFrame {
+            changed: vec![fenced],
+            ..ReportFrame::beat()
+        };
+        assert_eq!(view.apply(news), Ok(Change::News));
+        let gone = ReportFrame {
+            removed: vec![ReportKey {
+                task: 0,
+                role: TaskRole::Active,
+            }],
+            ..ReportFrame::beat()
+        };
+        assert_eq!(view.apply(gone), Ok(Change::News));
+    }
+
+    #[test]
     fn progress_waits_until_due_but_a_first_commit_does_not() {
         let idle = document(vec![report(0, TaskRole::Active, 0)]);
         let first_commit = document(vec![report(0, TaskRole::Active, 1)]);
@@ -408,7 +456,7 @@ mod tests {
     #[test]
     fn changes_before_the_document_break_the_stream() {
         let mut view = ReportView::default();
-        assert!(!view.apply(ReportFrame::beat()).unwrap());
+        assert_eq!(view.apply(ReportFrame::beat()), Ok(Change::Nothing));
         let changes = ReportFrame {
             changed: vec![report(0, TaskRole::Active, 1)],
             ..ReportFrame::beat()

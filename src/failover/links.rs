@@ -19,8 +19,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use streamkeeper_contract::TaskReportsDocument;
-use streamkeeper_contract::report_stream::{ReportView, SILENT_AFTER_BEATS};
-use tokio::sync::watch;
+use streamkeeper_contract::report_stream::{Change, ReportView, SILENT_AFTER_BEATS};
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 /// How often a link to a worker older than the stream polls it: the pace at which the loop
@@ -41,6 +41,15 @@ pub enum Heard {
     Refused(String),
     /// No answer since this instant (the last frame, or the question), and why.
     Silent(Instant, String),
+}
+
+impl Heard {
+    fn answered_document(&self) -> Option<&TaskReportsDocument> {
+        match self {
+            Heard::Answered(document, _) => Some(document),
+            _ => None,
+        }
+    }
 }
 
 /// Where a link connects, and with what beat. A change of any starts a new link.
@@ -69,6 +78,28 @@ impl Drop for Link {
 #[derive(Default)]
 pub struct Links {
     links: BTreeMap<String, Link>,
+    /// Told when a link hears news: a refusal, a silence, an answer again, or reports that
+    /// changed more than their progress figures. The loop then polls at once.
+    news: Arc<Notify>,
+}
+
+/// A link's end of its channel: what it heard, and the loop's wake-up for news.
+struct Teller {
+    tell: watch::Sender<Heard>,
+    news: Arc<Notify>,
+}
+
+impl Teller {
+    /// Records `heard`; wakes the loop when it is `news`, or not the same kind as before (an
+    /// answer after a silence, a refusal after an answer).
+    fn heard(&self, heard: Heard, news: bool) {
+        let before = self.tell.send_replace(heard);
+        let kind_changed =
+            std::mem::discriminant(&before) != std::mem::discriminant(&*self.tell.borrow());
+        if news || kind_changed {
+            self.news.notify_one();
+        }
+    }
 }
 
 impl Links {
@@ -83,7 +114,11 @@ impl Links {
                 continue;
             }
             let (tell, heard) = watch::channel(Heard::Nothing);
-            let task = tokio::spawn(run(target.clone(), tell));
+            let teller = Teller {
+                tell,
+                news: Arc::clone(&self.news),
+            };
+            let task = tokio::spawn(run(target.clone(), teller));
             self.links.insert(
                 pod,
                 Link {
@@ -118,10 +153,15 @@ impl Links {
     pub fn clear(&mut self) {
         self.links.clear();
     }
+
+    /// Resolves when a link heard news since the last call returned (at once if it did).
+    pub async fn news(&self) {
+        self.news.notified().await;
+    }
 }
 
 /// A link's life: the stream while the worker has one, else polls.
-async fn run(target: Target, tell: watch::Sender<Heard>) {
+async fn run(target: Target, tell: Teller) {
     let mut heard_at: Option<Instant> = None;
     loop {
         let asked = Instant::now();
@@ -138,7 +178,7 @@ async fn run(target: Target, tell: watch::Sender<Heard>) {
             }
             Err(OpenError::Call(error)) => {
                 let since = heard_at.unwrap_or(asked);
-                tell.send_replace(unanswered(&error, since));
+                tell.heard(unanswered(&error, since), false);
             }
         }
         tokio::time::sleep(target.beat).await;
@@ -149,7 +189,7 @@ async fn run(target: Target, tell: watch::Sender<Heard>) {
 async fn follow_stream(
     mut stream: ReportStream,
     target: &Target,
-    tell: &watch::Sender<Heard>,
+    tell: &Teller,
     heard_at: &mut Option<Instant>,
 ) {
     let mut view = ReportView::default();
@@ -163,34 +203,37 @@ async fn follow_stream(
             Ok(Ok(None)) => return,
             Ok(Err(error)) => {
                 let since = heard_at.unwrap_or_else(Instant::now);
-                tell.send_replace(Heard::Silent(since, error.to_string()));
+                tell.heard(Heard::Silent(since, error.to_string()), false);
                 return;
             }
             Err(_) => {
                 let since = heard_at.unwrap_or_else(Instant::now);
                 let why = format!("no frame for {silent_after:?}");
-                tell.send_replace(Heard::Silent(since, why));
+                tell.heard(Heard::Silent(since, why), false);
                 continue;
             }
         };
         let now = Instant::now();
         *heard_at = Some(now);
-        match view.apply(frame) {
-            Ok(true) => document = view.document().cloned().map(Arc::new),
-            Ok(false) => {}
+        let news = match view.apply(frame) {
+            Ok(Change::Nothing) => false,
+            Ok(change) => {
+                document = view.document().cloned().map(Arc::new);
+                change == Change::News
+            }
             Err(error) => {
-                tell.send_replace(Heard::Silent(Instant::now(), error.to_string()));
+                tell.heard(Heard::Silent(Instant::now(), error.to_string()), true);
                 return;
             }
-        }
+        };
         if let Some(document) = &document {
-            tell.send_replace(Heard::Answered(Arc::clone(document), now));
+            tell.heard(Heard::Answered(Arc::clone(document), now), news);
         }
     }
 }
 
 /// Polls a worker that has no stream, until another process answers.
-async fn poll_older_worker(target: &Target, tell: &watch::Sender<Heard>) {
+async fn poll_older_worker(target: &Target, tell: &Teller) {
     let mut first_process: Option<String> = None;
     let mut ticks = tokio::time::interval(OLDER_WORKER_POLL_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -203,13 +246,15 @@ async fn poll_older_worker(target: &Target, tell: &watch::Sender<Heard>) {
                 if first_process.is_none() {
                     first_process = process.clone();
                 }
-                tell.send_replace(Heard::Answered(Arc::new(document), Instant::now()));
+                // Older workers are few: any change of their reports wakes the loop.
+                let news = tell.tell.borrow().answered_document() != Some(&document);
+                tell.heard(Heard::Answered(Arc::new(document), Instant::now()), news);
                 if process != first_process {
                     return;
                 }
             }
             Err(error) => {
-                tell.send_replace(unanswered(&error, asked));
+                tell.heard(unanswered(&error, asked), false);
             }
         }
     }

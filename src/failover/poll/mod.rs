@@ -25,8 +25,12 @@ use std::time::{Duration, Instant};
 use streamkeeper_contract::{AssignmentDocument, TaskReportsDocument};
 use tokio::sync::watch;
 
-/// How often the loop reads its pods' links and decides.
+/// How often the loop reads its pods' links and decides while something is in motion: a pod
+/// silent, a move not committed yet, a document not acted on everywhere.
 pub const POLL_EVERY: Duration = Duration::from_millis(250);
+/// How often it does when the job is settled. News from a link (a refusal, a silence, a role or
+/// phase that changed) wakes it at once either way.
+pub const SETTLED_POLL_EVERY: Duration = Duration::from_secs(1);
 /// How often the pod list is read from the apiserver.
 pub(super) const LIST_EVERY: Duration = Duration::from_secs(1);
 /// How soon an unchanged document is sent again to a pod that does not act on it yet (or that
@@ -108,10 +112,12 @@ pub(super) async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob
         started: Instant::now(),
         delivery: Delivery::default(),
     };
-    let mut ticks = tokio::time::interval(POLL_EVERY);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut pace = POLL_EVERY;
     loop {
-        ticks.tick().await;
+        tokio::select! {
+            () = tokio::time::sleep(pace) => {}
+            () = state.links.news() => {}
+        }
         if job.has_changed().is_err() {
             tracing::info!("failover loop stopped");
             return;
@@ -124,10 +130,39 @@ pub(super) async fn run(deps: FailoverDeps, mut job: watch::Receiver<FailoverJob
             state.links.clear();
             continue;
         }
-        if let Err(error) = tick(&deps, &current, &mut state, &shared).await {
-            tracing::warn!(job = %current.name, namespace = %current.namespace, %error, "failover loop: retrying next poll");
-        }
+        pace = match tick(&deps, &current, &mut state, &shared).await {
+            Ok(()) if settled(&state, &shared, Instant::now()) => SETTLED_POLL_EVERY,
+            Ok(()) => POLL_EVERY,
+            Err(error) => {
+                tracing::warn!(job = %current.name, namespace = %current.namespace, %error, "failover loop: retrying next poll");
+                POLL_EVERY
+            }
+        };
     }
+}
+
+/// Nothing is in motion: every pod answers and acts on the document in force, no move waits for
+/// its first commit, no pod stops or drains, and the last failover is past its settling time.
+fn settled(state: &LoopState, shared: &Shared, now: Instant) -> bool {
+    let Some(document) = &state.document else {
+        return false;
+    };
+    let every_pod_holds_it = state.pods.iter().all(|pod| {
+        let name = &pod.facts.name;
+        state.heartbeats.reachable(name, now)
+            && !state.heartbeats.unanswered(name)
+            && state
+                .holding
+                .get(name)
+                .is_some_and(|holding| holding.generation == Some(document.generation))
+    });
+    every_pod_holds_it
+        && state.pending_moves.is_empty()
+        && state.stopping.is_empty()
+        && shared.draining().is_none()
+        && state
+            .failed_over_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= BALANCE_AFTER_FAILOVER)
 }
 
 /// Why a poll could not finish; the next one tries again.
