@@ -74,7 +74,8 @@ fn rates(counts: &BTreeMap<String, f64>, seconds: f64) -> BTreeMap<String, f64> 
 }
 
 fn total(counts: &BTreeMap<String, f64>, seconds: f64) -> f64 {
-    counts.values().sum::<f64>() / seconds
+    // An empty float sum is -0.0, which prints as "-0.00".
+    counts.values().sum::<f64>() / seconds + 0.0
 }
 
 /// The `most` busiest kinds of request, busiest first.
