@@ -30,8 +30,9 @@ use std::time::{Duration, Instant};
 /// frozen, and each false suspicion costs a handoff; a dead process is found at once anyway
 /// (refused).
 pub const DEFAULT_SUSPECT_AFTER: Duration = Duration::from_millis(2_000);
-/// How long a pod that has never answered counts as starting, not failed.
-pub const STARTUP_GRACE: Duration = Duration::from_secs(30);
+/// How long a pod that has never answered counts as starting, not failed: as long as a new
+/// job waits for its pods ([`crate::failover::FIRST_DECISION_WAIT`]).
+pub const STARTUP_GRACE: Duration = Duration::from_secs(60);
 
 /// What one poll of a pod found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

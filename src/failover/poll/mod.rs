@@ -36,8 +36,11 @@ pub(super) const LIST_EVERY: Duration = Duration::from_secs(1);
 /// How soon an unchanged document is sent again to a pod that does not act on it yet (or that
 /// does not say which generation it holds), see [`send`].
 pub(super) const RESEND_EVERY: Duration = Duration::from_secs(1);
-/// The longest a new job waits for all its pods before the first document.
-pub const FIRST_DECISION_WAIT: Duration = Duration::from_secs(30);
+/// The longest a new job waits for all its pods before the first document. A worker with a
+/// WebAssembly processor compiles its component before it listens: seen near 30 s for a Python
+/// guest (a debug build on 2 busy cores), where a shorter wait started the job on the one pod
+/// that was up, and moved its tasks back as the others came.
+pub const FIRST_DECISION_WAIT: Duration = Duration::from_secs(60);
 /// How long after a promotion (an owner failed, or its pod was deleted) nothing moves only for
 /// balance: a pod that comes back warm at once would otherwise take a task straight back, a
 /// second stall for one failure, and the status would show the hand-back instead of the
