@@ -163,6 +163,22 @@ fn counted(metrics: &str, series: &str) -> f64 {
         .sum()
 }
 
+/// The successful reconciles the operator counted.
+fn reconciles(metrics: &str) -> f64 {
+    counted(
+        metrics,
+        "streamkeeper_operator_reconciles_total{outcome=\"success\"}",
+    )
+}
+
+/// The reconciles that found the job's ConfigMap as desired and applied nothing.
+fn unchanged_config_maps(metrics: &str) -> f64 {
+    counted(
+        metrics,
+        "streamkeeper_operator_object_applies_total{kind=\"ConfigMap\",outcome=\"unchanged\"}",
+    )
+}
+
 /// What the operator has sent to the apiserver for a job's reconciles, and how many ran.
 #[derive(Debug, PartialEq)]
 struct Sent {
@@ -220,23 +236,11 @@ async fn a_settled_jobs_reconciles_read_nothing_and_apply_nothing() {
     })
     .await;
     let metrics = async || metrics_text(&address).await.unwrap_or_default();
-    let reconciles = |metrics: &str| {
-        counted(
-            metrics,
-            "streamkeeper_operator_reconciles_total{outcome=\"success\"}",
-        )
-    };
-    let unchanged = |metrics: &str| {
-        counted(
-            metrics,
-            "streamkeeper_operator_object_applies_total{kind=\"ConfigMap\",outcome=\"unchanged\"}",
-        )
-    };
     // Settled: a reconcile found the StatefulSet as it would apply it. The pods stay Pending
     // (no node), so the job is looked at again every few seconds.
     let settled = wait_until("a reconcile that applies nothing", TIMEOUT, async || {
         let now = metrics().await;
-        (unchanged(&now) >= 1.0).then_some(now)
+        (unchanged_config_maps(&now) >= 1.0).then_some(now)
     })
     .await;
     let before = sent(&settled);
@@ -306,21 +310,9 @@ async fn a_new_job_does_not_make_the_other_jobs_of_its_namespace_read_their_secr
     })
     .await;
     let metrics = async || metrics_text(&address).await.unwrap_or_default();
-    let reconciles = |metrics: &str| {
-        counted(
-            metrics,
-            "streamkeeper_operator_reconciles_total{outcome=\"success\"}",
-        )
-    };
-    let unchanged = |metrics: &str| {
-        counted(
-            metrics,
-            "streamkeeper_operator_object_applies_total{kind=\"ConfigMap\",outcome=\"unchanged\"}",
-        )
-    };
     let settled = wait_until("the first job settled", TIMEOUT, async || {
         let now = metrics().await;
-        (unchanged(&now) >= 1.0).then_some(now)
+        (unchanged_config_maps(&now) >= 1.0).then_some(now)
     })
     .await;
     // The first job's worker token and the namespace's S3 keys.
