@@ -203,38 +203,22 @@ mod tests {
         assert_eq!(line, "GET /v1/tasks/stream?beatMs=250 HTTP/1.1");
     }
 
+    /// The error of opening a stream on a worker that answers `head` and no body.
+    async fn refused_with(head: &'static str) -> OpenError {
+        let (port, _) = serve(head, vec![]).await;
+        let beat = Duration::from_millis(250);
+        open("127.0.0.1", port, beat, Duration::from_secs(5))
+            .await
+            .err()
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn a_worker_without_the_stream_is_told_apart_from_a_refusal() {
-        let (port, _) = serve(
-            "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n",
-            vec![],
-        )
-        .await;
-        let error = open(
-            "127.0.0.1",
-            port,
-            Duration::from_millis(250),
-            Duration::from_secs(5),
-        )
-        .await
-        .err()
-        .unwrap();
+        let error = refused_with("HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n").await;
         assert!(matches!(error, OpenError::Unsupported { .. }), "{error}");
-
-        let (port, _) = serve(
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n",
-            vec![],
-        )
-        .await;
-        let error = open(
-            "127.0.0.1",
-            port,
-            Duration::from_millis(250),
-            Duration::from_secs(5),
-        )
-        .await
-        .err()
-        .unwrap();
+        let error =
+            refused_with("HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n").await;
         assert!(error.to_string().contains("503"), "{error}");
     }
 
