@@ -3,8 +3,10 @@
 //! One operator process (the test build) watches one namespace; jobs are added in steps
 //! (`SK_FLEET_JOBS`, default `10,50,100`), each with `SK_FLEET_PODS` worker pods (default 4) and
 //! one standby per task, on its own input topic of as many partitions, real Kafka and S3 behind
-//! them. The pods run on KWOK's simulated nodes (`tests/services/kwok.sh`): each gets a
-//! loopback address, where one process answers the worker contract for every pod
+//! them, and `SK_FLEET_MANIFESTS` checkpoint manifests a task in S3 (default 3, as a worker
+//! retaining 3 would leave them). The pods run on KWOK's simulated nodes
+//! (`tests/services/kwok.sh`): each gets a loopback address, where one process answers the
+//! worker contract for every pod
 //! (`tests/services/fleet-workers.sh`), so the operator polls, assigns and fails over as it
 //! would with real workers, without a worker process per pod.
 //!
@@ -14,8 +16,10 @@
 //!   `streamkeeper_operator_apiserver_requests_total`), and the apiserver's total from its
 //!   `/metrics` (the controller-manager's, the scheduler's, KWOK's and the bench's too);
 //! - the operator's CPU (user + system, from `/proc`) as a share of one core, and its RSS (the
-//!   test build's: a debug build spends more CPU than the release image);
+//!   test build's, a debug build that spends more CPU than the release image, unless
+//!   `SK_FLEET_OPERATOR_BIN` names another binary, e.g. `target/release/streamkeeper-operator`);
 //! - the workers' requests from the operator per second, by kind (the heartbeat's cost);
+//! - the operator's requests to S3, by operation (its `streamkeeper_operator_s3_requests_total`);
 //! - failover under that load: `SK_FLEET_KILLS` (default 5) kills of a pod's process, each
 //!   timed from the kill to another pod of its job receiving the new document (p50 and max),
 //!   and `SK_FLEET_FREEZES` (default 2) freezes of one, timed the same way (the heartbeat
@@ -29,6 +33,8 @@
 //! `bench/fleet.json` under the cargo target dir).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // bench code
 
+#[path = "fleet_support/jobs.rs"]
+mod jobs;
 #[path = "../tests/operator_support/mod.rs"]
 mod operator_support;
 #[path = "fleet_support/restart.rs"]
@@ -38,7 +44,7 @@ mod workers;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use operator_support::cards::Process;
 use operator_support::support;
 use std::collections::BTreeMap;
@@ -55,6 +61,8 @@ struct Step {
     apiserver: BTreeMap<String, f64>,
     /// The operator's own, by `verb resource`.
     operator: BTreeMap<String, f64>,
+    /// The operator's requests to S3, by operation.
+    s3: BTreeMap<String, f64>,
     /// The simulated workers' requests, by `METHOD path`.
     workers: BTreeMap<String, f64>,
     cpu_share: f64,
@@ -129,16 +137,23 @@ fn counters(
     counts
 }
 
-/// The operator's own requests so far, by `verb resource`, from its `/metrics`.
-async fn operator_requests(metrics_address: &str) -> BTreeMap<String, f64> {
+/// The operator's own requests so far, from its `/metrics`: to the apiserver by
+/// `verb resource`, and to S3 by operation.
+async fn operator_requests(
+    metrics_address: &str,
+) -> (BTreeMap<String, f64>, BTreeMap<String, f64>) {
     let text = operator_support::metrics_text(metrics_address)
         .await
         .expect("the operator's /metrics");
-    counters(
+    let apiserver = counters(
         &text,
         "streamkeeper_operator_apiserver_requests_total",
         |label| format!("{} {}", label("verb"), label("resource")),
-    )
+    );
+    let s3 = counters(&text, "streamkeeper_operator_s3_requests_total", |label| {
+        label("operation")
+    });
+    (apiserver, s3)
 }
 
 fn setting(name: &str, default: &str) -> String {
@@ -192,65 +207,6 @@ fn clock_ticks_per_second() -> f64 {
         .unwrap_or(100.0)
 }
 
-/// The label of the volumes the bench made for its namespace's claims.
-const VOLUME_LABEL: &str = "streamkeeper.dev/fleet-bench";
-
-/// A volume for each of job `job`'s `pods` state claims, bound to it ahead: no provisioner runs
-/// beside KWOK, and a pod with an unbound claim is never scheduled. Nothing mounts it.
-async fn add_volumes(client: &kube::Client, namespace: &str, job: &str, pods: i32) {
-    let volumes: Api<PersistentVolume> = Api::all(client.clone());
-    for ordinal in 0..pods {
-        let claim = format!("{}-{job}-{ordinal}", streamkeeper::k8s::names::STATE_VOLUME);
-        let volume: PersistentVolume = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": format!("{namespace}-{claim}"), "labels": {VOLUME_LABEL: namespace}},
-            "spec": {
-                "capacity": {"storage": "10Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "",
-                "hostPath": {"path": "/nonexistent/fleet-bench"},
-                "claimRef": {"namespace": namespace, "name": claim},
-            },
-        }))
-        .unwrap();
-        volumes
-            .create(&PostParams::default(), &volume)
-            .await
-            .unwrap();
-    }
-}
-
-/// Adds jobs until `namespace` holds `total`, each with `pods` pods on the simulated nodes, one
-/// standby per task, and as many partitions as pods.
-async fn add_jobs(client: &kube::Client, namespace: &str, from: usize, total: usize, pods: i32) {
-    let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), namespace);
-    for index in from..total {
-        add_volumes(client, namespace, &format!("job{index}"), pods).await;
-        let input = support::unique_name(&format!("fleet{index}-in"));
-        operator_support::create_topic(&input, pods, &[]).await;
-        operator_support::create_topic(&format!("{input}-out"), pods, &[]).await;
-        let mut value = serde_json::to_value(operator_support::job(
-            &format!("job{index}"),
-            &input,
-            &support::unique_name("fleet"),
-        ))
-        .unwrap();
-        value["spec"]["replicas"] = serde_json::json!(pods);
-        value["spec"]["standbyReplicas"] = serde_json::json!(1);
-        // On KWOK's nodes only (tests/services/kwok.sh taints them against every other pod).
-        value["spec"]["pod"] = serde_json::json!({
-            "nodeSelector": {"type": "kwok"},
-            "tolerations": [{
-                "key": "streamkeeper.dev/simulated",
-                "operator": "Exists",
-                "effect": "NoSchedule",
-            }],
-        });
-        let job: StatefulStreamJob = serde_json::from_value(value).unwrap();
-        jobs.create(&PostParams::default(), &job).await.unwrap();
-    }
-}
-
 /// Waits until every job in `namespace` runs: reconciled at its generation, phase Running.
 async fn wait_running(client: &kube::Client, namespace: &str, total: usize) -> Duration {
     let jobs: Api<StatefulStreamJob> = Api::namespaced(client.clone(), namespace);
@@ -284,13 +240,13 @@ struct Probes<'a> {
 
 async fn measure(probes: &Probes<'_>, window: Duration, jobs: usize, pods: usize) -> Step {
     let apiserver_before = request_counts(probes.client).await;
-    let operator_before = operator_requests(probes.operator_metrics).await;
+    let (operator_before, s3_before) = operator_requests(probes.operator_metrics).await;
     let (_, workers_before) = probes.workers.stats();
     let (ticks_before, _) = cpu_and_rss(probes.operator_pid);
     let started = Instant::now();
     tokio::time::sleep(window).await;
     let apiserver_after = request_counts(probes.client).await;
-    let operator_after = operator_requests(probes.operator_metrics).await;
+    let (operator_after, s3_after) = operator_requests(probes.operator_metrics).await;
     let (_, workers_after) = probes.workers.stats();
     let (ticks_after, rss_bytes) = cpu_and_rss(probes.operator_pid);
     let seconds = started.elapsed().as_secs_f64();
@@ -300,6 +256,7 @@ async fn measure(probes: &Probes<'_>, window: Duration, jobs: usize, pods: usize
         seconds,
         apiserver: difference(&apiserver_before, &apiserver_after),
         operator: difference(&operator_before, &operator_after),
+        s3: difference(&s3_before, &s3_after),
         workers: difference(&workers_before, &workers_after),
         cpu_share: (ticks_after - ticks_before) as f64 / clock_ticks_per_second() / seconds,
         rss_bytes,
@@ -325,6 +282,12 @@ fn print_step(step: &Step) {
         busiest(&step.operator, seconds, 5)
     );
     println!("  workers' busiest: {}", busiest(&step.workers, seconds, 3));
+    println!(
+        "  operator's S3 requests: {:.2}/s ({:.4} a job): {}",
+        total(&step.s3, seconds),
+        total(&step.s3, seconds) / jobs,
+        busiest(&step.s3, seconds, 4)
+    );
     if !step.failovers.is_empty() {
         println!(
             "  kill -> document received: p50 {:.2}s, max {:.2}s ({} kills)",
@@ -357,6 +320,8 @@ fn step_json(step: &Step) -> serde_json::Value {
         "operator_apiserver_requests_per_second_by_kind": rates(&step.operator, seconds),
         "apiserver_requests_per_second_all_clients": total(&step.apiserver, seconds),
         "apiserver_requests_per_second_all_clients_by_kind": rates(&step.apiserver, seconds),
+        "operator_s3_requests_per_second": total(&step.s3, seconds),
+        "operator_s3_requests_per_second_by_operation": rates(&step.s3, seconds),
         "worker_requests_per_second": total(&step.workers, seconds),
         "worker_requests_per_second_by_kind": rates(&step.workers, seconds),
         "operator_cpu_share_of_a_core": step.cpu_share,
@@ -376,9 +341,14 @@ pub(crate) fn start_operator(
     run: usize,
 ) -> (Process, String) {
     let metrics_address = format!("127.0.0.1:{}", support::free_port());
+    // Another build of the operator (a release one) when named; the test build's otherwise.
+    let binary = setting(
+        "SK_FLEET_OPERATOR_BIN",
+        env!("CARGO_BIN_EXE_streamkeeper-operator"),
+    );
     let operator = Process::spawn(
         "operator",
-        Command::new(env!("CARGO_BIN_EXE_streamkeeper-operator"))
+        Command::new(binary)
             .args(["run", "--namespace", namespace, "--identity", "fleet"])
             .args(["--metrics-addr", &metrics_address])
             .args(setting("SK_FLEET_OPERATOR_ARGS", "").split_whitespace())
@@ -403,6 +373,7 @@ async fn main() {
     let kills: usize = setting("SK_FLEET_KILLS", "5").parse().unwrap();
     let freezes: usize = setting("SK_FLEET_FREEZES", "2").parse().unwrap();
     let settle = Duration::from_secs(setting("SK_FLEET_SETTLE_SECONDS", "20").parse().unwrap());
+    let manifests: u64 = setting("SK_FLEET_MANIFESTS", "3").parse().unwrap();
     let workers = workers::Workers::from_env();
     let client = operator_support::client().await;
     let namespace = operator_support::namespace(&client, "fleet").await;
@@ -427,7 +398,7 @@ async fn main() {
     let mut steps = Vec::new();
     let mut created = 0;
     for &size in &sizes {
-        add_jobs(&client, &namespace, created, size, pods).await;
+        jobs::add_jobs((&client, &namespace), (created, size), pods, manifests).await;
         created = size;
         let took = wait_running(&client, &namespace, size).await;
         println!(
@@ -552,6 +523,6 @@ async fn clean_up(client: &kube::Client, namespace: &str, operator: Process) {
         .delete_collection(&at_once, &ListParams::default())
         .await;
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
-    let ours = ListParams::default().labels(&format!("{VOLUME_LABEL}={namespace}"));
+    let ours = ListParams::default().labels(&format!("{}={namespace}", jobs::VOLUME_LABEL));
     let _ = volumes.delete_collection(&Default::default(), &ours).await;
 }

@@ -231,6 +231,7 @@ fn the_families_listed_are_the_ones_served_once_sampled() {
     operator.reconcile_started().done(Some("KafkaUnavailable"));
     operator.object_apply("ConfigMap", true);
     operator.apiserver_request("get", "secrets".into());
+    operator.s3_request("ListObjectsV2");
     let text = operator.encode();
     for (name, _) in operator.families() {
         assert!(

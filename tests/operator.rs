@@ -19,6 +19,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use operator_support::support::wait_until;
 use operator_support::{support, *};
+use std::sync::Arc;
 use streamkeeper::api::{JobPhase, StatefulStreamJob};
 use streamkeeper::controller::{Facts, build, validate};
 use streamkeeper_contract::Versioned;
@@ -475,4 +476,55 @@ async fn a_cluster_name_is_part_of_every_id_and_default_topic_the_job_gets() {
         .expect("the changelog exists in the broker");
     assert_eq!(partitions, 3, "one changelog partition per input partition");
     assert_eq!(config["cleanup.policy"], "compact");
+}
+
+/// A new leader runs the failover loop of every job its status shows the last leader ran, from
+/// that status, before the job's reconcile: here the reconcile cannot even reach the job's
+/// broker, and the loop runs all the same. (Before the loops were resumed, only a reconcile
+/// that got past Kafka started a loop.)
+#[tokio::test]
+async fn a_new_leader_resumes_the_loops_the_status_records_before_any_reconcile() {
+    let s = setup("op-resume", &[]).await;
+    let name = "counts";
+    let mut spec = job(name, &s.input, &s.prefix);
+    // Nothing answers there: every reconcile of the job stops at reading its Kafka facts.
+    spec.spec.kafka.bootstrap_servers = "127.0.0.1:9".into();
+    let created = s.jobs.create(&PostParams::default(), &spec).await.unwrap();
+    // The status as the last leader left it: this generation, assigned, three tasks.
+    let status = serde_json::json!({"status": {
+        "phase": "Running",
+        "observedGeneration": created.metadata.generation,
+        "assignmentGeneration": 4,
+        "tasks": [{"task": 0}, {"task": 1}, {"task": 2}],
+    }});
+    s.jobs
+        .patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&status),
+        )
+        .await
+        .unwrap();
+
+    let ctx = context(&s.client);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(streamkeeper::controller::run::run(
+        Arc::clone(&ctx),
+        Some(s.namespace.clone()),
+        4,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    wait_until("the job's failover loop runs", TIMEOUT, async || {
+        ctx.metrics
+            .encode()
+            .lines()
+            .any(|line| line == "streamkeeper_operator_failover_loops 1")
+            .then_some(())
+    })
+    .await;
+    let _ = stop.send(());
+    controller.abort();
+    delete_namespace(&s.client, &s.namespace).await;
 }

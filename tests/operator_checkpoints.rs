@@ -162,3 +162,90 @@ async fn the_status_shows_the_checkpoint_a_restore_would_use() {
 
     delete_namespace(&s.client, &s.namespace).await;
 }
+
+/// The operator's S3 requests of `operation` so far, from its metrics.
+fn s3_requests(ctx: &streamkeeper::controller::Context, operation: &str) -> u64 {
+    let sample = format!("streamkeeper_operator_s3_requests_total{{operation=\"{operation}\"}} ");
+    ctx.metrics
+        .encode()
+        .lines()
+        .find_map(|line| line.strip_prefix(&sample)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_refresh_reads_only_the_manifests_it_has_not_seen_and_drops_the_deleted() {
+    let s = setup("op-kept", &[]).await;
+    let ctx = context(&s.client);
+    let name = "counts";
+    let now = now_ms();
+    // Task 0 holds two checkpoints at the end of its empty changelog partition, the newer of
+    // 100 bytes in one file.
+    put_manifest(&s.prefix, &s.namespace, name, &manifest(0, 1, 0, now, 0)).await;
+    let mut sized = manifest(0, 2, 0, now, 0);
+    sized.files.push(streamkeeper_contract::CheckpointFile {
+        name: "000007.sst".into(),
+        object_key: format!("{}/objects/{}", s.prefix, "ab".repeat(32)),
+        size: 100,
+        sha256: "ab".repeat(32),
+    });
+    put_manifest(&s.prefix, &s.namespace, name, &sized).await;
+    s.jobs
+        .create(&PostParams::default(), &job(name, &s.input, &s.prefix))
+        .await
+        .unwrap();
+    let refresh = async || {
+        reconcile_once(&ctx, &s.jobs, name).await.unwrap();
+        let job = s.jobs.get(name).await.unwrap();
+        let gets = s3_requests(&ctx, "GetObject");
+        (
+            checkpoint_of(&job, 0).sequence,
+            gets,
+            s3_requests(&ctx, "ListObjectsV2"),
+        )
+    };
+    let (shown, gets, lists) = refresh().await;
+    assert_eq!(shown, 2);
+    assert!(
+        gets >= 2,
+        "the first refresh reads both manifests ({gets} reads)"
+    );
+
+    // Nothing new: listed again (retention may have deleted some), none read again, and the
+    // status shows the kept manifest as read (its size is its file list's).
+    let (shown, gets_again, lists_again) = refresh().await;
+    assert_eq!(
+        (shown, gets_again),
+        (2, gets),
+        "a kept manifest was read again"
+    );
+    assert!(
+        lists_again > lists,
+        "a refresh lists the manifests every time"
+    );
+    let job = s.jobs.get(name).await.unwrap();
+    assert_eq!(checkpoint_of(&job, 0).bytes, 100);
+
+    // A new checkpoint is read, and only it.
+    let key = put_manifest(&s.prefix, &s.namespace, name, &manifest(0, 3, 0, now, 0)).await;
+    let (shown, gets_new, _) = refresh().await;
+    assert_eq!((shown, gets_new), (3, gets + 1));
+
+    // Retention deleted it: the status falls back to the one before, from what was kept.
+    s3_client()
+        .delete_object()
+        .bucket(support::s3_settings().bucket)
+        .key(&key)
+        .send()
+        .await
+        .unwrap();
+    let (shown, gets_after, _) = refresh().await;
+    assert_eq!((shown, gets_after), (2, gets + 1));
+    assert_eq!(
+        ctx.manifests.len(),
+        2,
+        "task 0's two listed manifests are kept"
+    );
+
+    delete_namespace(&s.client, &s.namespace).await;
+}

@@ -5,11 +5,12 @@
 //! Keys come from the contract's [`TaskPrefix`], manifests are parsed with the contract's
 //! [`CheckpointManifest`], so the two sides cannot disagree about the layout.
 
+use super::manifest_cache::{Listed, ManifestCache};
 use crate::vocabulary::reasons;
 use aws_sdk_s3::Client;
-use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 use futures::StreamExt;
+use std::sync::Arc;
 use streamkeeper_contract::manifest::{MAX_MANIFEST_BYTES, append_bounded};
 use streamkeeper_contract::worker_config::JobIdentity;
 use streamkeeper_contract::{CheckpointManifest, JobPrefix, OwnerMarker, TaskPrefix, Versioned};
@@ -36,7 +37,7 @@ impl CheckpointReadError {
 }
 
 /// Access keys read from the job's credentials Secret; ambient AWS credentials when absent.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct S3AccessKeys {
     pub access_key_id: String,
     pub secret_access_key: String,
@@ -52,50 +53,43 @@ pub struct S3Location {
     pub path_style: bool,
 }
 
+/// Counts each request sent to S3, by operation: the caller's metrics (the operator's
+/// `streamkeeper_operator_s3_requests_total`).
+pub type CountS3Request = Arc<dyn Fn(&'static str) + Send + Sync>;
+
 /// The checkpoints of one job.
 pub struct CheckpointReader {
     client: Client,
+    /// Endpoint, bucket and prefix: where the kept manifests were listed.
+    location: String,
     bucket: String,
     prefix: String,
     job: JobIdentity,
-}
-
-/// An S3 client for `settings`' server, with `keys`, or the ambient AWS credentials when
-/// there are none: what the operator reads a job's objects with (checkpoints, its module).
-pub async fn s3_client(settings: &S3Location, keys: Option<S3AccessKeys>) -> Client {
-    let mut config = aws_sdk_s3::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(settings.region.clone()))
-        .force_path_style(settings.path_style);
-    if let Some(endpoint) = &settings.endpoint {
-        config = config.endpoint_url(endpoint);
-    }
-    config = match keys {
-        Some(keys) => config.credentials_provider(Credentials::new(
-            keys.access_key_id,
-            keys.secret_access_key,
-            None,
-            None,
-            "streamkeeper-job-secret",
-        )),
-        None => {
-            let ambient = aws_config::defaults(BehaviorVersion::latest()).load().await;
-            match ambient.credentials_provider() {
-                Some(provider) => config.credentials_provider(provider),
-                None => config,
-            }
-        }
-    };
-    Client::from_conf(config.build())
+    /// Counts every request sent to S3, by operation.
+    count: CountS3Request,
 }
 
 impl CheckpointReader {
-    pub async fn new(settings: S3Location, keys: Option<S3AccessKeys>, job: JobIdentity) -> Self {
+    /// The reader of `job`'s checkpoints at `settings`, through `client` (one for that server
+    /// and the job's credentials, [`super::s3_clients`]).
+    pub fn new(
+        settings: S3Location,
+        client: Client,
+        job: JobIdentity,
+        count: CountS3Request,
+    ) -> Self {
         Self {
-            client: s3_client(&settings, keys).await,
+            client,
+            location: format!(
+                "{}|{}|{}",
+                settings.endpoint.as_deref().unwrap_or("aws"),
+                settings.bucket,
+                settings.prefix
+            ),
             bucket: settings.bucket,
             prefix: settings.prefix,
             job,
+            count,
         }
     }
 
@@ -126,11 +120,12 @@ impl CheckpointReader {
         }
     }
 
-    /// Every key under `prefix`, in lexical order.
-    async fn list(&self, prefix: &str) -> Result<Vec<String>, CheckpointReadError> {
+    /// Every object under `prefix`, in lexical order of keys.
+    async fn list(&self, prefix: &str) -> Result<Vec<Listed>, CheckpointReadError> {
         let mut keys = Vec::new();
         let mut token = None;
         loop {
+            (self.count)("ListObjectsV2");
             let page = self
                 .client
                 .list_objects_v2()
@@ -140,46 +135,52 @@ impl CheckpointReader {
                 .send()
                 .await
                 .map_err(|e| self.unavailable("ListObjectsV2", prefix, e))?;
-            keys.extend(
-                page.contents()
-                    .iter()
-                    .filter_map(|object| object.key().map(str::to_string)),
-            );
+            keys.extend(page.contents().iter().filter_map(|object| {
+                Some(Listed {
+                    key: object.key()?.to_string(),
+                    etag: object.e_tag().map(str::to_string),
+                })
+            }));
             token = page.next_continuation_token().map(str::to_string);
             if token.is_none() {
-                keys.sort();
+                keys.sort_by(|a, b| a.key.cmp(&b.key));
                 return Ok(keys);
             }
         }
     }
 
-    /// Every readable manifest of `task`, in no particular order; which one a restore would use
-    /// is the contract's rule ([`streamkeeper_contract::checkpoint_choice`]), judged by the
-    /// caller. A manifest that does not parse, or has a version this operator does not know, is
-    /// skipped as restore skips it; one deleted between the listing and the read (the workers'
-    /// retention) is skipped too. Retention bounds how many there are (`checkpoint.retain`).
+    /// Every readable manifest of `task`, in no particular order; which one a restore would use is the contract's rule
+    /// ([`streamkeeper_contract::checkpoint_choice`]), judged by the caller. A manifest that does
+    /// not parse, or has a version this operator does not know, is skipped as restore skips it;
+    /// one deleted between the listing and the read (the workers' retention) is skipped too.
+    /// Retention bounds how many there are (`checkpoint.retain`). The listing is read every
+    /// time; of the manifests, only those `kept` does not hold as listed now
+    /// ([`super::manifest_cache`]).
     pub async fn manifests(
         &self,
         task: u32,
+        kept: &ManifestCache,
     ) -> Result<Vec<CheckpointManifest>, CheckpointReadError> {
         let prefix = self.task(task);
-        let keys: Vec<String> = self
+        let listed: Vec<Listed> = self
             .list(&prefix.manifests())
             .await?
             .into_iter()
-            .filter(|key| prefix.sequence_of(key).is_some())
+            .filter(|object| prefix.sequence_of(&object.key).is_some())
             .collect();
-        let read: Vec<Result<Option<CheckpointManifest>, CheckpointReadError>> =
-            futures::stream::iter(keys)
-                .map(|key| async move { self.manifest(&key).await })
+        let job = format!("{}/{}", self.job.namespace, self.job.name);
+        let scope = (job.as_str(), self.location.as_str(), task);
+        let read: Vec<Result<(Listed, Option<CheckpointManifest>), CheckpointReadError>> =
+            futures::stream::iter(kept.to_read(scope, &listed))
+                .map(|object| async move {
+                    let manifest = self.manifest(&object.key).await?;
+                    Ok((object, manifest))
+                })
                 .buffer_unordered(MANIFEST_READS_AT_ONCE)
                 .collect()
                 .await;
-        let mut manifests = Vec::new();
-        for manifest in read {
-            manifests.extend(manifest?);
-        }
-        Ok(manifests)
+        let read = read.into_iter().collect::<Result<Vec<_>, _>>()?;
+        Ok(kept.record(scope, &listed, read))
     }
 
     /// The manifest at `key`; `None` when it is gone or does not parse.
@@ -199,6 +200,7 @@ impl CheckpointReader {
     /// The object at `key`, if it exists and is no larger than a manifest may be (a larger one
     /// is logged and read as absent).
     async fn read_small(&self, key: &str) -> Result<Option<Vec<u8>>, CheckpointReadError> {
+        (self.count)("GetObject");
         let object = match self
             .client
             .get_object()
@@ -260,6 +262,7 @@ impl CheckpointReader {
         marker: &OwnerMarker,
     ) -> Result<(), CheckpointReadError> {
         let key = self.job().owner_marker_key();
+        (self.count)("PutObject");
         self.client
             .put_object()
             .bucket(&self.bucket)
@@ -275,6 +278,7 @@ impl CheckpointReader {
     /// Deletes the job prefix's owner marker, the last object of a deleted job.
     pub async fn delete_owner_marker(&self) -> Result<(), CheckpointReadError> {
         let key = self.job().owner_marker_key();
+        (self.count)("DeleteObject");
         self.client
             .delete_object()
             .bucket(&self.bucket)
@@ -295,6 +299,7 @@ impl CheckpointReader {
             .list(&prefix)
             .await?
             .into_iter()
+            .map(|object| object.key)
             .filter(|key| job.owns(key))
             .collect();
         // DeleteObjects takes at most 1000 keys per request.
@@ -309,6 +314,7 @@ impl CheckpointReader {
                 .quiet(true)
                 .build()
                 .map_err(|e| self.unavailable("DeleteObjects", &prefix, e))?;
+            (self.count)("DeleteObjects");
             self.client
                 .delete_objects()
                 .bucket(&self.bucket)

@@ -6,6 +6,7 @@
 //! [`crate::retention`]. librdkafka's metadata and watermark calls block, so they run on the
 //! blocking pool with a timeout and never stall the reconcile runtime.
 
+use crate::adapters::kafka_offsets::{EARLIEST, LATEST, offsets_at};
 use crate::adapters::kafka_security::KafkaClientSecurity;
 use crate::leader::{Leadership, NotLeading};
 use crate::vocabulary::reasons;
@@ -364,6 +365,11 @@ impl KafkaAdmin {
         Ok(Some(TopicFacts { partitions, config }))
     }
 
+    /// Whether `topic` exists: one Metadata request, no configs read.
+    pub async fn exists(&self, topic: &str) -> Result<bool, KafkaAdminError> {
+        Ok(self.partition_count(topic).await?.is_some())
+    }
+
     /// The configs [`READ_CONFIGS`] of an existing `topic`. A broker whose metadata does not
     /// show the topic yet answers with an error for it, which rust-rdkafka drops: the answer
     /// then lists no config at all (a known topic lists every config, defaults included), and
@@ -496,7 +502,8 @@ impl KafkaAdmin {
     }
 
     /// The `(low, high)` watermarks of partitions `0..partitions` of `topic`: partition `i`
-    /// holds offsets `[low, high)`.
+    /// holds offsets `[low, high)`. Two ListOffsets requests for the whole topic (its earliest
+    /// and its latest offsets, per partition leader), not two per partition.
     pub async fn watermarks(
         &self,
         topic: &str,
@@ -504,17 +511,17 @@ impl KafkaAdmin {
     ) -> Result<Vec<(i64, i64)>, KafkaAdminError> {
         let client = Arc::clone(&self.metadata);
         let name = topic.to_string();
-        tokio::task::spawn_blocking(move || {
-            (0..partitions)
-                .map(|partition| client.fetch_watermarks(&name, partition, REQUEST_TIMEOUT))
-                .collect::<Result<Vec<_>, _>>()
+        let answered = tokio::task::spawn_blocking(move || {
+            let low = offsets_at(&client, (&name, partitions), EARLIEST, REQUEST_TIMEOUT)?;
+            let high = offsets_at(&client, (&name, partitions), LATEST, REQUEST_TIMEOUT)?;
+            Ok::<_, RdKafkaError>(low.into_iter().zip(high).collect())
         })
         .await
         .map_err(|source| KafkaAdminError::Blocking {
             topic: topic.to_string(),
             source,
-        })?
-        .map_err(|source| self.unavailable("ListOffsets", topic, source))
+        })?;
+        answered.map_err(|source| self.unavailable("ListOffsets", topic, source))
     }
 }
 

@@ -56,9 +56,9 @@ impl ModuleDigests {
 /// an object version `digests` has not seen).
 pub async fn look_up(
     client: &Client,
-    bucket: &str,
-    key: &str,
+    (bucket, key): (&str, &str),
     digests: &ModuleDigests,
+    count: &(dyn Fn(&'static str) + Send + Sync),
 ) -> Result<ModuleFound, CheckpointReadError> {
     let unavailable = |operation, message: String| CheckpointReadError::Unavailable {
         bucket: bucket.to_string(),
@@ -66,6 +66,7 @@ pub async fn look_up(
         prefix: key.to_string(),
         message,
     };
+    count("HeadObject");
     let head = match client.head_object().bucket(bucket).key(key).send().await {
         Ok(head) => head,
         Err(error) if error.as_service_error().is_some_and(|e| e.is_not_found()) => {
@@ -79,6 +80,7 @@ pub async fn look_up(
     if let Some(sha256) = version.as_deref().and_then(|v| digests.get(v)) {
         return Ok(ModuleFound::Found { sha256 });
     }
+    count("GetObject");
     let object = match client.get_object().bucket(bucket).key(key).send().await {
         Ok(object) => object,
         Err(error) if error.as_service_error().is_some_and(|e| e.is_no_such_key()) => {

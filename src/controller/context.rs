@@ -70,6 +70,10 @@ pub struct Context {
     pub owned: std::sync::OnceLock<crate::k8s::owned_cache::OwnedCaches>,
     /// The digests of the WebAssembly modules read, so each object version is read once.
     pub modules: crate::adapters::wasm_module::ModuleDigests,
+    /// The checkpoint manifests read, so each refresh reads only new ones.
+    pub manifests: crate::adapters::manifest_cache::ManifestCache,
+    /// The S3 clients, one per server and credentials, so each keeps its connections.
+    pub s3_clients: crate::adapters::s3_clients::S3Clients,
 }
 
 impl Context {
@@ -99,6 +103,8 @@ impl Context {
             node_zones: Default::default(),
             looked_at: Mutex::new(HashMap::new()),
             modules: Default::default(),
+            manifests: Default::default(),
+            s3_clients: Default::default(),
         }
     }
 

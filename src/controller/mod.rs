@@ -16,7 +16,8 @@
 //! 7. [`update_status`]: the merged status, written only when it changed, with an Event for
 //!    each watched condition that changed.
 //!
-//! Around the steps: [`run`] wires [`reconcile`] into a kube-runtime `Controller`; [`context`]
+//! Around the steps: [`run`] wires [`reconcile`] into a kube-runtime `Controller` (and, on a
+//! takeover, [`resume`]s the loops the last leader ran before any reconcile); [`context`]
 //! is what every reconcile shares; [`error`] types a reconcile that failed; [`cadence`] says
 //! when a job is looked at again without a watch event. What the failover loops also use (names,
 //! labels, server-side apply, ownership, Events, the worker token) is in [`crate::k8s`].
@@ -43,6 +44,7 @@ pub mod context;
 pub mod error;
 pub mod reconcile;
 pub mod relevant;
+pub mod resume;
 pub mod run;
 
 #[cfg(test)]

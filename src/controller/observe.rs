@@ -91,8 +91,9 @@ pub async fn checkpoints(
     let task_count = u32::try_from(partitions).unwrap_or(0);
     let mut listed = Vec::new();
     for task in 0..task_count {
-        listed.push(reader.manifests(task).await?);
+        listed.push(reader.manifests(task, &ctx.manifests).await?);
     }
+    ctx.metrics.set_manifests_kept(ctx.manifests.len());
     // Offsets cost broker calls; a job without checkpoints needs none.
     let (changelog, log_starts) = if listed.iter().any(|manifests| !manifests.is_empty()) {
         let changelog = kafka

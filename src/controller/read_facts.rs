@@ -5,7 +5,7 @@
 //! jobs (one changelog per job), the S3 access keys, a WebAssembly processor's module and the
 //! job's worker pods.
 
-use crate::adapters::checkpoints::{CheckpointReader, S3AccessKeys, s3_client};
+use crate::adapters::checkpoints::{CheckpointReader, CountS3Request, S3AccessKeys};
 use crate::adapters::kafka_admin::{KafkaAdmin, KafkaAdminError};
 use crate::adapters::kafka_security::KafkaClientSecurity;
 use crate::adapters::wasm_module::{self, ModuleFound};
@@ -19,6 +19,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use streamkeeper_contract::module_digest::ModuleDigest;
 use streamkeeper_contract::worker_config::ProcessorKind;
 
@@ -227,7 +228,20 @@ pub async fn checkpoint_reader(
     job: &ValidatedJob,
 ) -> Result<CheckpointReader, ReconcileError> {
     let keys = s3_access_keys(ctx, job).await?;
-    Ok(CheckpointReader::new(job.checkpoint.location(), keys, job.identity()).await)
+    let location = job.checkpoint.location();
+    let client = ctx.s3_clients.client(&location, keys).await;
+    Ok(CheckpointReader::new(
+        location,
+        client,
+        job.identity(),
+        s3_counter(ctx),
+    ))
+}
+
+/// Counts the S3 requests the adapters send in the operator's metrics.
+fn s3_counter(ctx: &Context) -> CountS3Request {
+    let metrics = Arc::clone(&ctx.metrics);
+    Arc::new(move |operation| metrics.s3_request(operation))
 }
 
 /// The access keys from the job's credentials Secret, or `None` for ambient credentials.
@@ -288,9 +302,10 @@ pub async fn wasm_module(
         Some(secret) => Some(read_access_keys(ctx, &job.namespace, secret).await?),
         None => s3_access_keys(ctx, job).await?,
     };
-    let client = s3_client(&location, keys).await;
+    let client = ctx.s3_clients.client(&location, keys).await;
     let bucket = module.bucket_or(&location.bucket);
-    let found = wasm_module::look_up(&client, bucket, &module.key, &ctx.modules).await?;
+    let count = s3_counter(ctx);
+    let found = wasm_module::look_up(&client, (bucket, &module.key), &ctx.modules, &*count).await?;
     Ok(Some((module.location(Some(&location.bucket)), found)))
 }
 

@@ -22,7 +22,7 @@ use crate::controller::{
     Context, DesiredResources, Facts, InvalidSpec, ReconcileError, ValidatedJob, build, observe,
     read_facts, validate,
 };
-use crate::failover::{FailoverJob, ScaleDown};
+use crate::failover::ScaleDown;
 use crate::k8s::events::publish;
 use crate::k8s::names;
 use crate::k8s::ownership::ForeignObject;
@@ -261,8 +261,10 @@ async fn run_pipeline(
     )
     .await?;
     // Assign: the job's failover loop decides and sends the assignment between reconciles.
-    ctx.failovers
-        .ensure(&ctx.failover_deps(), failover_job(&validated, kafka.tasks));
+    ctx.failovers.ensure(
+        &ctx.failover_deps(),
+        build::failover_job(&validated, kafka.tasks),
+    );
     observation.assignment_generation = ctx
         .failovers
         .generation(&validated.namespace, &validated.name)
@@ -421,26 +423,6 @@ fn pod_counts(stateful_set: &StatefulSet) -> (i32, i32) {
     (desired.unwrap_or_default(), ready.unwrap_or_default())
 }
 
-/// What the job's failover loop needs to know of it now.
-fn failover_job(validated: &ValidatedJob, partitions: i32) -> FailoverJob {
-    FailoverJob {
-        namespace: validated.namespace.clone(),
-        name: validated.name.clone(),
-        owner: validated.owner.clone(),
-        tasks: u32::try_from(partitions).unwrap_or(0),
-        desired_pods: if validated.workers.suspend {
-            0
-        } else {
-            validated.workers.replicas
-        },
-        standby_replicas: validated.workers.standby_replicas,
-        acceptable_recovery_lag: i64::try_from(validated.acceptable_recovery_lag)
-            .unwrap_or(i64::MAX),
-        heartbeat_timeout: validated.heartbeat_timeout,
-        port: u16::try_from(names::HTTP_PORT).unwrap_or(8080),
-    }
-}
-
 /// Applies the desired objects and topics; the StatefulSet as the apiserver has it after.
 async fn apply_desired(
     ctx: &Context,
@@ -505,6 +487,7 @@ async fn on_delete(job: &StatefulStreamJob, ctx: &Context) -> Result<Action, Rec
     ctx.status_writes
         .forget(&job.namespace().unwrap_or_default(), &job.name_any());
     ctx.verified.forget(&job.uid().unwrap_or_default());
+    ctx.manifests.forget(&job_key(job));
     if job.spec.deletion_policy == DeletionPolicy::Retain {
         tracing::info!(job = %job_key(job), "deleted; changelog and checkpoints retained");
         return Ok(Action::await_change());

@@ -11,6 +11,7 @@ use crate::api::StatefulStreamJob;
 use crate::controller::Context;
 use crate::controller::reconcile::{error_policy, reconcile};
 use crate::controller::relevant::reconcile_relevant;
+use crate::controller::resume;
 use crate::k8s::labels;
 use crate::k8s::owned_cache::OwnedCaches;
 use crate::k8s::pod_cache::PodCache;
@@ -56,15 +57,32 @@ pub async fn run(
     if ctx.jobs.set(reader.clone()).is_err() {
         tracing::warn!("the job cache was set before: a second controller in one process");
     }
+    // The first complete list of the jobs starts the loops the last leader ran (see
+    // [`crate::controller::resume`]), before their reconciles come round.
+    let (listed, mut first_list) = tokio::sync::watch::channel(false);
     let jobs = watcher(
         scoped::<StatefulStreamJob>(&client, namespace),
         watcher::Config::default(),
     )
     .default_backoff()
     .reflect(writer)
+    .inspect(move |event| {
+        if matches!(event, Ok(watcher::Event::InitDone)) {
+            listed.send_replace(true);
+        }
+    })
     .applied_objects()
     .predicate_filter(reconcile_relevant, Default::default());
     let worker_pods = watch_worker_pods(&ctx, &client, namespace);
+    let resume = {
+        let (ctx, jobs) = (Arc::clone(&ctx), reader.clone());
+        async move {
+            if first_list.wait_for(|listed| *listed).await.is_ok() {
+                let resumed = resume::resume_loops(&ctx, &jobs.state());
+                tracing::info!(resumed, "failover loops resumed from the jobs' status");
+            }
+        }
+    };
     let mut controller = Controller::for_stream(jobs, reader)
         .with_config(controller::Config::default().concurrency(concurrency));
     // A finished move changes the status but nothing watched (see failover::status_requests).
@@ -114,10 +132,15 @@ pub async fn run(
             }
         });
     // The pod watch lives as long as the controller (it has no end of its own).
+    let resume_then_wait = async move {
+        resume.await;
+        std::future::pending::<()>().await;
+    };
     tokio::select! {
         () = controller => {}
         () = worker_pods => {}
         _ = owned_caches => {}
+        () = resume_then_wait => {}
     }
 }
 

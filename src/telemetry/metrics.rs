@@ -41,6 +41,12 @@ pub struct ApiRequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct S3RequestLabels {
+    /// The S3 operation: `ListObjectsV2`, `GetObject`, `HeadObject`, `PutObject`, ...
+    pub operation: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: &'static str,
 }
@@ -63,6 +69,8 @@ pub struct Metrics {
     assignment_refusals: Family<ReasonLabels, Counter>,
     applies: Family<ApplyLabels, Counter>,
     apiserver_requests: Family<ApiRequestLabels, Counter>,
+    s3_requests: Family<S3RequestLabels, Counter>,
+    manifests_kept: Gauge,
 }
 
 impl Default for Metrics {
@@ -169,6 +177,18 @@ impl Metrics {
             "Requests this operator sent to the apiserver, by verb and resource",
             apiserver_requests.clone(),
         );
+        let s3_requests = Family::<S3RequestLabels, Counter>::default();
+        r.register(
+            "s3_requests",
+            "Requests this operator sent to S3 (checkpoint manifests, owner markers, modules), by operation",
+            s3_requests.clone(),
+        );
+        let manifests_kept = Gauge::default();
+        r.register(
+            "checkpoint_manifests_kept",
+            "Checkpoint manifests held between reconciles, so that a refresh reads only new ones",
+            manifests_kept.clone(),
+        );
         Self {
             registry,
             families,
@@ -185,6 +205,8 @@ impl Metrics {
             assignment_refusals,
             applies,
             apiserver_requests,
+            s3_requests,
+            manifests_kept,
         }
     }
 
@@ -240,6 +262,19 @@ impl Metrics {
         self.apiserver_requests
             .get_or_create(&ApiRequestLabels { verb, resource })
             .inc();
+    }
+
+    /// A request to S3, `operation`.
+    pub fn s3_request(&self, operation: &'static str) {
+        self.s3_requests
+            .get_or_create(&S3RequestLabels { operation })
+            .inc();
+    }
+
+    /// How many checkpoint manifests the reconciles keep ([`crate::adapters::manifest_cache`]).
+    pub fn set_manifests_kept(&self, kept: usize) {
+        self.manifests_kept
+            .set(i64::try_from(kept).unwrap_or(i64::MAX));
     }
 
     pub fn set_leader(&self, leader: bool) {

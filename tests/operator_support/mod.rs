@@ -147,6 +147,15 @@ pub async fn create_topic(name: &str, partitions: i32, config: &[(&str, &str)]) 
                 for result in results {
                     result.unwrap_or_else(|(topic, code)| panic!("creating {topic}: {code}"));
                 }
+                // The controller answers before every broker's metadata shows the topic: a
+                // reconcile right after would find its input missing.
+                support::wait_until(&format!("{name} in the metadata"), TIMEOUT, async || {
+                    let metadata = admin.inner().fetch_metadata(Some(name), TIMEOUT).ok()?;
+                    let topic = metadata.topics().iter().find(|t| t.name() == name)?;
+                    let listed = i32::try_from(topic.partitions().len()).ok()?;
+                    (topic.error().is_none() && listed == partitions).then_some(())
+                })
+                .await;
                 return;
             }
             Err(error) if attempt < 5 => {

@@ -147,7 +147,7 @@ async fn ensure_topics(
         },
     };
     // A dead-letter topic that exists already (shared by several jobs, say) is used as it is.
-    if kafka.topic(&dead_letter.name).await?.is_none()
+    if !kafka.exists(&dead_letter.name).await?
         && kafka.create(dead_letter).await? == Creation::Created
     {
         created.insert(
@@ -158,9 +158,7 @@ async fn ensure_topics(
     // A repartition topic that exists already is the job's from an earlier run (its name is
     // the job's); a wrong partition count there stops the join's tasks (PartitionsChanged).
     for topic in repartition {
-        if kafka.topic(&topic.name).await?.is_none()
-            && kafka.create(topic).await? == Creation::Created
-        {
+        if !kafka.exists(&topic.name).await? && kafka.create(topic).await? == Creation::Created {
             created.insert(topic.name.clone(), created_topic("repartition", topic));
         }
     }

@@ -3,6 +3,7 @@
 //! every object the job should have.
 
 pub mod config_map;
+mod failover_job;
 pub mod pdb;
 pub mod pod;
 pub mod service;
@@ -11,6 +12,7 @@ pub mod token_secret;
 pub mod topics;
 pub mod worker_config;
 
+pub use failover_job::failover_job;
 pub use topics::DesiredTopics;
 
 use crate::controller::valid_job::ValidatedJob;

@@ -65,7 +65,14 @@ pub(super) async fn poll(
                 Heard::Nothing | Heard::Answered(..) => "no address, or no answer yet",
             };
             let last_answer = state.heartbeats.silent_for(&pod, now).unwrap_or_default();
-            tracing::warn!(job = %job.name, %pod, %error, last_answer_seconds = last_answer.as_secs_f64(), "a worker pod left the heartbeat unanswered");
+            let last_answer_seconds = last_answer.as_secs_f64();
+            // A refusal is news (the process is gone); a missed beat or two is often only a
+            // busy node or operator, and is judged at the heartbeat timeout, which logs the move.
+            if matches!(heard, Heard::Refused(_)) {
+                tracing::warn!(job = %job.name, %pod, %error, last_answer_seconds, "a worker pod refused the heartbeat");
+            } else {
+                tracing::info!(job = %job.name, %pod, %error, last_answer_seconds, "a worker pod left the heartbeat unanswered");
+            }
         }
         if let Heard::Answered(document, _) = heard {
             if document.stopping {
