@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1.7
 # The streamkeeper images, from one build of the workspace:
 #   docker build --target operator       -t streamkeeper/operator:0.1.0 .
 #   docker build --target worker         -t streamkeeper/worker:0.1.0 .
@@ -11,6 +10,12 @@
 #
 # RocksDB and librdkafka are C/C++ built from source by their crates; the runtime stage carries
 # the shared libraries the binaries link against (tests/images.rs checks the list with ldd).
+#
+# No `# syntax=` line: BuildKit would pull that frontend image from Docker Hub before building,
+# which fails where no registry answers; its built-in Dockerfile frontend (Docker 20.10 and
+# later) has everything used here, cache mounts included. The builder stage downloads Debian
+# packages and crates: where containers have no outbound NAT, build with `--network host`
+# (scripts/images.sh build does).
 
 ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
@@ -23,6 +28,8 @@ RUN apt-get update \
       libcurl4-openssl-dev libssl-dev libsasl2-dev zlib1g-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
+# --workspace: the root package is the operator, so without it `--bin` sees only the operator's
+# binaries (cargo: "no bin target named `streamkeeper-worker` in default-run packages").
 # Dependency layer: the manifests and stub sources only, so a change to our own code does not
 # rebuild RocksDB and librdkafka. Every target a manifest declares needs a stub file, or cargo
 # refuses the manifest (tests/images.rs checks this list against `cargo metadata`).
@@ -49,7 +56,7 @@ RUN for stub in src/lib.rs contract/src/lib.rs failpoint/src/lib.rs kafka-topic-
     done
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
-    cargo build --release --locked --bin streamkeeper-operator --bin streamkeeper-worker \
+    cargo build --release --locked --workspace --bin streamkeeper-operator --bin streamkeeper-worker \
       --bin velocity-check
 # Our sources. COPY keeps the files' own times, which may be older than the stub build: touch
 # them so cargo rebuilds our crates instead of keeping the stubs.
@@ -58,7 +65,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     find src contract/src failpoint/src kafka-topic-id/src worker/src examples/custom-processor/src \
       test-tools/local-node/src test-tools/fleet-workers/src -name '*.rs' -exec touch {} + \
- && cargo build --release --locked --bin streamkeeper-operator --bin streamkeeper-worker \
+ && cargo build --release --locked --workspace --bin streamkeeper-operator --bin streamkeeper-worker \
       --bin velocity-check \
  && mkdir -p /out \
  && cp target/release/streamkeeper-operator target/release/streamkeeper-worker \

@@ -30,8 +30,13 @@ build_args() {
     "$VERSION" "$REVISION" "$CREATED"
 }
 
+# The client: SK_DOCKER where tests/services/docker.sh's engine is used (its own docker.io client;
+# a newer docker CLI without buildx refuses DOCKER_BUILDKIT=1), else the PATH's.
+DOCKER="${SK_DOCKER:-$(type -P docker)}"
+docker() { "$DOCKER" "$@"; }
+
 require_engine() {
-  command -v docker >/dev/null || die "docker is not installed"
+  [[ -x $DOCKER ]] || die "docker is not installed"
   docker info >/dev/null 2>&1 || die "no Docker engine answers (docker info failed)"
 }
 
@@ -40,7 +45,9 @@ build() {
   local args; mapfile -t args < <(build_args)
   for target in "${TARGETS[@]}"; do
     log "building $(image "$target")"
-    DOCKER_BUILDKIT=1 docker build "${args[@]}" --target "$target" -t "$(image "$target")" .
+    # --network host: the builder stage fetches Debian packages and crates, and build containers
+    # may have no outbound NAT (tests/services/docker.sh runs dockerd without masquerading).
+    DOCKER_BUILDKIT=1 docker build --network host "${args[@]}" --target "$target" -t "$(image "$target")" .
   done
 }
 

@@ -33,10 +33,7 @@
 source "$(dirname "$0")/../tests/services/lib.sh"
 cd "$(dirname "$0")/.." || exit 1
 
-# debootstrap and chroot live in sbin, which a non-root PATH may lack.
-for dir in /usr/sbin /sbin; do
-  if [[ ":$PATH:" != *":$dir:"* ]]; then PATH="$PATH:$dir"; fi
-done
+sbin_on_path
 IMAGES="$SK_CACHE/images"
 OUT_DIR="$IMAGES/out"
 PROFILE=debug

@@ -47,6 +47,14 @@ install_debian_packages() {
     || die "apt-get install ${missing[*]} failed"
 }
 
+# sbin_on_path: debootstrap, chroot and the like live in sbin, which a non-root PATH may lack.
+sbin_on_path() {
+  local dir
+  for dir in /usr/sbin /sbin; do
+    if [[ ":$PATH:" != *":$dir:"* ]]; then PATH="$PATH:$dir"; fi
+  done
+}
+
 port_is_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 port_answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
