@@ -276,18 +276,20 @@ async fn a_config_only_the_worker_can_judge_is_invalid_with_its_reason_until_fix
     system.clean_up().await;
 }
 
-/// The example guest `name`, built by `examples/wasm/build.sh`: its bytes and SHA-256.
+/// The example guest `name`, built by `examples/wasm/build.sh`: its bytes and SHA-256. The
+/// guests go where the worker's tests keep theirs (and `tests/run.sh` builds them beside the
+/// compile): the script rebuilds only a guest whose inputs changed.
 fn built_guest(name: &str) -> (Vec<u8>, String) {
-    let out = tempfile::tempdir().unwrap();
+    let out = concat!(env!("CARGO_TARGET_TMPDIR"), "/wasm-guests");
     let built = std::process::Command::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/examples/wasm/build.sh"
     ))
-    .arg(out.path())
+    .arg(out)
     .status()
     .unwrap();
     assert!(built.success(), "examples/wasm/build.sh failed");
-    let bytes = std::fs::read(out.path().join(format!("{name}.wasm"))).unwrap();
+    let bytes = std::fs::read(format!("{out}/{name}.wasm")).unwrap();
     let sha256 = streamkeeper_contract::module_digest::ModuleDigest::of(&bytes);
     (bytes, sha256)
 }
