@@ -45,10 +45,25 @@ struct JobManifests {
     tasks: BTreeMap<u32, TaskManifests>,
 }
 
+impl JobManifests {
+    fn kept(&self) -> usize {
+        self.tasks.values().map(BTreeMap::len).sum()
+    }
+}
+
 /// The manifests kept for every job this process reconciles, by job (`namespace/name`).
 #[derive(Default)]
 pub struct ManifestCache {
-    jobs: Mutex<HashMap<String, JobManifests>>,
+    jobs: Mutex<Jobs>,
+}
+
+/// The jobs' manifests, and how many there are over all jobs (kept as they change: the gauge
+/// is read after every refresh, and walking every job's tasks for it would cost a fleet's
+/// operator time in proportion to its jobs on each job's refresh).
+#[derive(Default)]
+struct Jobs {
+    by_job: HashMap<String, JobManifests>,
+    kept: usize,
 }
 
 /// The manifest `kept` holds for `object`, if it was read with the ETag it is listed with now.
@@ -58,7 +73,7 @@ fn still_valid<'a>(kept: &'a TaskManifests, object: &Listed) -> Option<&'a Read>
 }
 
 impl ManifestCache {
-    fn jobs(&self) -> MutexGuard<'_, HashMap<String, JobManifests>> {
+    fn jobs(&self) -> MutexGuard<'_, Jobs> {
         self.jobs.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -71,6 +86,7 @@ impl ManifestCache {
     ) -> Vec<Listed> {
         let jobs = self.jobs();
         let kept = jobs
+            .by_job
             .get(job)
             .filter(|kept| kept.location == location)
             .and_then(|kept| kept.tasks.get(&task));
@@ -91,14 +107,17 @@ impl ManifestCache {
         read: Vec<(Listed, Option<CheckpointManifest>)>,
     ) -> Vec<CheckpointManifest> {
         let mut jobs = self.jobs();
-        let entry = jobs.entry(job.to_string()).or_default();
+        let Jobs { by_job, kept } = &mut *jobs;
+        let entry = by_job.entry(job.to_string()).or_default();
         if entry.location != location {
+            *kept -= entry.kept();
             *entry = JobManifests {
                 location: location.to_string(),
                 tasks: BTreeMap::new(),
             };
         }
         let old = entry.tasks.remove(&task).unwrap_or_default();
+        *kept -= old.len();
         let mut fresh: TaskManifests = BTreeMap::new();
         let mut manifests = Vec::new();
         for (object, manifest) in read {
@@ -117,22 +136,22 @@ impl ManifestCache {
                 fresh.insert(object.key.clone(), read.clone());
             }
         }
+        *kept += fresh.len();
         entry.tasks.insert(task, fresh);
         manifests
     }
 
     /// Drops what was kept for `job` (`namespace/name`), once it is deleted.
     pub fn forget(&self, job: &str) {
-        self.jobs().remove(job);
+        let mut jobs = self.jobs();
+        if let Some(forgotten) = jobs.by_job.remove(job) {
+            jobs.kept -= forgotten.kept();
+        }
     }
 
     /// How many manifests are kept, over every job: the gauge of what this cache holds.
     pub fn len(&self) -> usize {
-        self.jobs()
-            .values()
-            .flat_map(|job| job.tasks.values())
-            .map(BTreeMap::len)
-            .sum()
+        self.jobs().kept
     }
 
     pub fn is_empty(&self) -> bool {
@@ -281,5 +300,32 @@ mod tests {
         cache.forget(JOB);
         assert!(cache.is_empty());
         assert_eq!(cache.to_read((JOB, AT, 0), &listing).len(), 1);
+    }
+
+    #[test]
+    fn the_count_follows_every_job_task_move_and_forget() {
+        let cache = ManifestCache::default();
+        let two = [listed("1", Some("a")), listed("2", Some("b"))];
+        let read = |listing: &[Listed]| -> Vec<(Listed, Option<CheckpointManifest>)> {
+            listing
+                .iter()
+                .map(|o| (o.clone(), by_key(&o.key)))
+                .collect()
+        };
+        cache.record((JOB, AT, 0), &two, read(&two));
+        cache.record((JOB, AT, 1), &two, read(&two));
+        cache.record(("shop/other", AT, 0), &two[..1], read(&two[..1]));
+        assert_eq!(cache.len(), 5);
+        // A task's listing shrinks: its dropped manifest leaves the count.
+        cache.record((JOB, AT, 1), &two[..1], Vec::new());
+        assert_eq!(cache.len(), 4);
+        // The job moved: its kept manifests are gone, the new location's counted.
+        cache.record((JOB, "elsewhere", 0), &two[..1], read(&two[..1]));
+        assert_eq!(cache.len(), 2);
+        cache.forget(JOB);
+        assert_eq!(cache.len(), 1);
+        cache.forget("shop/never-seen");
+        cache.forget("shop/other");
+        assert!(cache.is_empty());
     }
 }
