@@ -6,8 +6,9 @@
 //! - It answers like the native velocity check, reading and writing state through the host.
 //! - The sandbox holds: a record that loops forever runs out of fuel, one that allocates without
 //!   end runs out of memory, one that fails hard (Python raises, C aborts) traps; each is a bad
-//!   record with that reason, its state changes are undone, and the next record runs on a fresh
-//!   instance.
+//!   record with that reason, the state it wrote first is undone as the task undoes any bad
+//!   record's (through the task's own path: its overlay over a real store), and the next record
+//!   runs on a fresh instance.
 //! - Two instances fed the same records build the same state, byte for byte, and the C and
 //!   Python guests build the same state as each other.
 //! - A config the guest refuses is refused with its words.
@@ -20,7 +21,12 @@ mod support;
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use streamkeeper_worker::processor::wasm::{WasmError, WasmLimits, WasmModule};
-use streamkeeper_worker::processor::{CountProcessor, MemoryState, Pipeline, RecordDecoder};
+use streamkeeper_worker::processor::{
+    CountProcessor, MemoryState, Pipeline, ProcessError, ProcessOutput, RawInput, RecordDecoder,
+    Side,
+};
+use streamkeeper_worker::store::{ChangeSet, Overlay, RocksStore};
+use streamkeeper_worker::task::apply_record;
 
 /// The velocity check's guests, each run through the same tests.
 const VELOCITY_GUESTS: [&str; 2] = ["python-velocity", "c-velocity"];
@@ -57,7 +63,39 @@ fn run(
     offset: i64,
     json: &str,
 ) -> Result<(u64, bool), String> {
-    match pipeline.process(json.as_bytes(), 0, offset, None, state) {
+    answered(
+        pipeline.process(json.as_bytes(), 0, offset, None, state),
+        json,
+    )
+}
+
+/// [`run`] as the task runs a record: on its transaction's overlay over a real store, through
+/// [`apply_record`], which undoes a refused record's writes.
+fn run_in_task(
+    pipeline: &Pipeline,
+    overlay: &mut Overlay<'_>,
+    offset: i64,
+    json: &str,
+) -> Result<(u64, bool), String> {
+    let input = RawInput {
+        side: Side::Left,
+        kafka_key: None,
+        payload: Some(json.as_bytes()),
+        partition: 0,
+        offset,
+        timestamp_ms: None,
+        headers: Vec::new(),
+    };
+    let applied = apply_record(pipeline, &input, overlay)
+        .map(|fits| fits.unwrap_or_else(|oversized| panic!("{oversized}")));
+    answered(applied, json)
+}
+
+fn answered(
+    processed: Result<ProcessOutput, ProcessError>,
+    json: &str,
+) -> Result<(u64, bool), String> {
+    match processed {
         Ok(out) => {
             assert_eq!(out.records.len(), 1);
             let answer: serde_json::Value = serde_json::from_slice(&out.records[0].value).unwrap();
@@ -76,6 +114,14 @@ fn run(
             .map(|bad| format!("{}: {bad}", bad.reason()))
             .unwrap_or_else(|| panic!("not a bad record: {error}"))),
     }
+}
+
+/// The changes an overlay holds, as (key, value) pairs.
+fn held(changes: &ChangeSet) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    changes
+        .iter()
+        .map(|(key, value)| (key.to_vec(), value.map(<[u8]>::to_vec)))
+        .collect()
 }
 
 fn minute(card: &str, minute: i64) -> String {
@@ -139,13 +185,18 @@ fn a_poisoned_record_is_a_bad_record_with_its_reason_and_leaves_no_trace() {
     };
     for guest in VELOCITY_GUESTS {
         let pipeline = velocity(guest, limits);
-        let mut state = MemoryState::new();
+        let volume = tempfile::tempdir().unwrap();
+        let store = RocksStore::open(volume.path(), 0, &Default::default())
+            .unwrap()
+            .store;
+        let mut overlay = Overlay::new(&store);
         assert_eq!(
-            run(&pipeline, &mut state, 0, &minute("c1", 0)),
+            run_in_task(&pipeline, &mut overlay, 0, &minute("c1", 0)),
             Ok((1, false)),
             "{guest}"
         );
-        let before = state.clone();
+        let before = held(overlay.changes());
+        let mut changes = overlay.into_changes();
         for (poison, reason) in [
             ("loop", "guest_out_of_fuel"),
             ("allocate", "guest_out_of_memory"),
@@ -153,21 +204,30 @@ fn a_poisoned_record_is_a_bad_record_with_its_reason_and_leaves_no_trace() {
             // The clock stands still: each sleep is over at once, and the loop burns fuel.
             ("sleep", "guest_out_of_fuel"),
         ] {
+            // Each record on the transaction's overlay, as the task hands them over.
+            let mut overlay = Overlay::with_changes(&store, changes);
             let record = format!(r#"{{"card":"c1","ts":60000,"poison":"{poison}"}}"#);
-            let error = run(&pipeline, &mut state, 1, &record).unwrap_err();
+            let error = run_in_task(&pipeline, &mut overlay, 1, &record).unwrap_err();
             assert!(error.starts_with(reason), "{guest}, {poison}: {error}");
-            assert_eq!(state, before, "{guest}: {poison} left a trace in the state");
-            // The next record runs on a fresh instance, from the state as it was.
-            let mut probe = state.clone();
+            // The guest wrote `poisoned` before it misbehaved.
             assert_eq!(
-                run(&pipeline, &mut probe, 2, &minute("c1", 1)),
+                held(overlay.changes()),
+                before,
+                "{guest}: {poison} left a trace in the state"
+            );
+            // The next record runs on a fresh instance, from the state as it was.
+            let mut probe = Overlay::with_changes(&store, overlay.changes().clone());
+            assert_eq!(
+                run_in_task(&pipeline, &mut probe, 2, &minute("c1", 1)),
                 Ok((2, false)),
                 "{guest}, after {poison}"
             );
+            changes = overlay.into_changes();
         }
-        let error = run(
+        let mut overlay = Overlay::with_changes(&store, changes);
+        let error = run_in_task(
             &pipeline,
-            &mut state,
+            &mut overlay,
             3,
             r#"{"card":"c1","ts":60000,"poison":"trap"}"#,
         )
@@ -179,7 +239,7 @@ fn a_poisoned_record_is_a_bad_record_with_its_reason_and_leaves_no_trace() {
         // Only the record's own top-level field counts, not a nested one or a string.
         let nested = r#"{"card":"c1","ts":60000,"x":{"poison":"trap"},"y":"\"poison\":\"trap\""}"#;
         assert_eq!(
-            run(&pipeline, &mut state, 4, nested),
+            run_in_task(&pipeline, &mut overlay, 4, nested),
             Ok((2, false)),
             "{guest}"
         );

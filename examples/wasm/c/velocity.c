@@ -12,7 +12,8 @@
  * For the sandbox's tests, a record whose top-level `poison` field is set misbehaves: "loop"
  * never returns, "allocate" grows memory without end, "trap" writes "poisoned record" to
  * stderr and traps, "sleep" sleeps forever (the host's clock stands still, so each sleep is
- * over at once and the loop runs out of fuel). */
+ * over at once and the loop runs out of fuel). It writes the key "poisoned" first: the worker
+ * undoes a failed record's writes, and the tests check that it did. */
 #include "guest.h"
 #include "json.h"
 
@@ -229,6 +230,11 @@ static bool check(const processor_input_record_t *input, processor_failure_t *er
   json_span value = json_trim((json_span){input->value.ptr, input->value.len});
   json_span poison;
   if (!find_poison(value, &poison)) return refuse(err, "the value is not a JSON object");
+  if (poison.len > 0) {
+    /* Written first: the worker undoes a failed record's writes, and the tests check it. */
+    processor_list_u8_t mark = {(uint8_t *)"poisoned", 8}, one = {(uint8_t *)"1", 1};
+    streamkeeper_processor_host_state_put(&mark, &one);
+  }
   if (json_string_equals(poison, "loop")) spin_forever();
   if (json_string_equals(poison, "allocate")) allocate_forever();
   if (json_string_equals(poison, "trap")) trap_loudly();

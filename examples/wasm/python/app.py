@@ -4,7 +4,8 @@ when that makes more than `maxTransactions`. State per card: its latest event ti
 
 For the sandbox's tests, a record whose `poison` field is set misbehaves: `loop` never returns,
 `allocate` grows without end, `trap` raises, `sleep` sleeps forever (the host's clock stands
-still, so each sleep is over at once and the loop runs out of fuel)."""
+still, so each sleep is over at once and the loop runs out of fuel). It writes the key `poisoned`
+first: the worker undoes a failed record's writes, and the tests check that it did."""
 
 import json
 import struct
@@ -50,6 +51,8 @@ class WitWorld(wit_world.WitWorld):
         record = input
         transaction = json.loads(record.value)
         poison = transaction.get("poison")
+        if poison is not None:
+            host.state_put(b"poisoned", b"1")
         if poison == "loop":
             while True:
                 pass

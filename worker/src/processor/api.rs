@@ -75,7 +75,7 @@ impl ProcessError {
 
     /// The record is unusable for the processor, for `reason`: it goes to the dead-letter
     /// topic (headers `streamkeeper.reason: rejected` and `streamkeeper.detail`: the reason) and the
-    /// task goes on. Return it before the first state write.
+    /// task goes on; the loop undoes the call's state writes.
     pub fn rejected(reason: impl Into<String>) -> Self {
         ProcessError::BadRecord(DecodeError::Rejected {
             detail: reason.into(),
@@ -104,9 +104,10 @@ impl ProcessError {
 /// - **All state in `state`.** `process` takes `&self`: anything kept in the processor
 ///   itself would be lost on restore and missing on a promoted standby.
 /// - **Full values.** `put` a key's complete new value; the changelog carries it as is.
-/// - **Validate before writing.** Return [`ProcessError::BadRecord`] before the first
-///   write, since the record is then skipped while the rest of the batch commits. Any other
-///   error aborts the whole batch, so partial writes before it do no harm.
+/// - **A bad record leaves no trace.** Return [`ProcessError::BadRecord`] for a record that
+///   cannot be applied: the loop undoes every write the call made, sends the record to the
+///   dead-letter topic, and the rest of the batch commits. Any other error aborts the whole
+///   batch. Either way, writes made before the error do no harm.
 pub trait Processor: Send + Sync {
     /// A stable name of the logic and its state layout (`count`, `aggregate`, `dedup`,
     /// `join-stream`, `join-table`), recorded in checkpoint manifests so a checkpoint is never

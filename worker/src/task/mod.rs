@@ -33,7 +33,7 @@ mod slot;
 mod standby;
 mod stop;
 
-pub use active::last_commit_generations;
+pub use active::{apply_record, last_commit_generations};
 pub use context::WorkerContext;
 pub use error::TaskError;
 pub use phase::PhaseTracker;

@@ -1,18 +1,18 @@
-//! What a guest's calls reach: the task's state through a per-call write buffer, the output,
-//! and a WASI that grants nothing real.
+//! What a guest's calls reach: the task's state, the output, and a WASI that grants nothing
+//! real.
 //!
 //! The task's state is borrowed by `Processor::process` for one record, but a Wasmtime store's
-//! data lives as long as the instance. So a call's reads reach the state through a scoped
-//! thread-local ([`with_state`]), set on the task's thread for exactly the call: the guest runs
-//! synchronously on that thread. Writes never reach it: they stay in [`HostData::writes`] until
-//! the call succeeds, which is also what lets a failed call leave no trace.
+//! data lives as long as the instance. So a call's reads and writes reach the state through a
+//! scoped thread-local ([`with_state`]), set on the task's thread for exactly the call: the
+//! guest runs synchronously on that thread. Writes go straight to the task's state (in the task,
+//! its transaction's overlay): a call that fails leaves them to be undone as any refused
+//! record's are (see `Processor`'s contract), so the guest's writes are buffered once, not twice.
 
 use super::stderr::GuestStderr;
 use super::streamkeeper::processor::{host, types};
 use crate::processor::keys;
 use crate::processor::state::{StateAccess, StateError};
 use scoped_tls_hkt::scoped_thread_local;
-use std::collections::BTreeMap;
 use std::time::Duration;
 use wasmtime::component::{HasData, Resource, ResourceTable};
 use wasmtime_wasi::clocks::HostWallClock;
@@ -25,13 +25,13 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 pub const MAX_SCAN: u32 = 1000;
 
 scoped_thread_local!(
-    /// The state of the record being processed, for the call's reads.
-    static TASK_STATE: for<'a> &'a dyn StateAccess
+    /// The state of the record being processed, for the call's reads and writes.
+    static mut TASK_STATE: for<'a> &'a mut dyn StateAccess
 );
 
-/// Runs `call` with `state` readable by the guest's host calls; they run on this thread,
+/// Runs `call` with `state` reachable by the guest's host calls; they run on this thread,
 /// inside `call`.
-pub fn with_state<R>(state: &dyn StateAccess, call: impl FnOnce() -> R) -> R {
+pub fn with_state<R>(state: &mut dyn StateAccess, call: impl FnOnce() -> R) -> R {
     TASK_STATE.set(state, call)
 }
 
@@ -41,14 +41,15 @@ pub struct HostData {
     table: ResourceTable,
     stderr: GuestStderr,
     memory_cap: u64,
-    /// This call's writes, by stored key (`None`: deleted).
-    pub writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// This call's output records.
     pub emitted: Vec<(Vec<u8>, Vec<u8>)>,
     /// Set when the call tried to grow memory past the cap.
     pub out_of_memory: bool,
-    /// Set when a read of the task's state failed: the batch is aborted, not the record.
+    /// Set when the task's state failed: the batch is aborted, not the record.
     pub state_failure: Option<StateError>,
+    /// The stored form of the key being read or written (a key's own allocation, kept from
+    /// call to call).
+    stored_key: Vec<u8>,
 }
 
 /// A wall clock that never moves: guests get no time but their records'.
@@ -81,10 +82,10 @@ impl HostData {
             table: ResourceTable::new(),
             stderr,
             memory_cap,
-            writes: BTreeMap::new(),
             emitted: Vec::new(),
             out_of_memory: false,
             state_failure: None,
+            stored_key: Vec::new(),
         }
     }
 
@@ -95,55 +96,62 @@ impl HostData {
 
     /// Forgets the call's buffers and marks (before the next call).
     pub fn reset(&mut self) {
-        self.writes.clear();
         self.emitted.clear();
         self.out_of_memory = false;
         self.state_failure = None;
         self.stderr.clear();
     }
 
-    /// Reads the task's state; a failed read fails the call (and is kept for the caller: it
-    /// aborts the batch, it does not make the record bad).
-    fn read<T>(
+    /// Uses the task's state; a failure of the state fails the call (and is kept for the
+    /// caller: it aborts the batch, it does not make the record bad).
+    fn on_state<T>(
         &mut self,
-        read: impl FnOnce(&dyn StateAccess) -> Result<T, StateError>,
+        operation: impl FnOnce(&mut dyn StateAccess) -> Result<T, StateError>,
     ) -> wasmtime::Result<T> {
         if !TASK_STATE.is_set() {
             // Only `init` runs outside a record.
             return Err(wasmtime::Error::msg(
-                "the task's state is readable only while a record is processed, not in init",
+                "the task's state is reachable only while a record is processed, not in init",
             ));
         }
-        TASK_STATE.with(|state| read(state)).map_err(|error| {
+        TASK_STATE.with(operation).map_err(|error| {
             let message = error.to_string();
             self.state_failure = Some(error);
             wasmtime::Error::msg(message)
         })
     }
+
+    /// Runs `operation` with `key` in its stored form, built in a buffer kept from call to call
+    /// (a key crossing costs no allocation of its own).
+    fn with_stored<T>(&mut self, key: &[u8], operation: impl FnOnce(&mut Self, &[u8]) -> T) -> T {
+        let mut stored_key = std::mem::take(&mut self.stored_key);
+        stored_key.clear();
+        stored_key.extend_from_slice(keys::WASM_GUEST);
+        stored_key.extend_from_slice(key);
+        let outcome = operation(self, &stored_key);
+        self.stored_key = stored_key;
+        outcome
+    }
 }
 
 /// `key` as stored.
-pub fn stored(key: &[u8]) -> Vec<u8> {
+fn stored(key: &[u8]) -> Vec<u8> {
     [keys::WASM_GUEST, key].concat()
 }
 
 impl host::Host for HostData {
     fn state_get(&mut self, key: Vec<u8>) -> wasmtime::Result<Option<Vec<u8>>> {
-        let key = stored(&key);
-        if let Some(written) = self.writes.get(&key) {
-            return Ok(written.clone());
-        }
-        self.read(|state| state.get(&key))
+        self.with_stored(&key, |host, key| host.on_state(|state| state.get(key)))
     }
 
     fn state_put(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
-        self.writes.insert(stored(&key), Some(value));
-        Ok(())
+        self.with_stored(&key, |host, key| {
+            host.on_state(|state| state.put(key, value))
+        })
     }
 
     fn state_delete(&mut self, key: Vec<u8>) -> wasmtime::Result<()> {
-        self.writes.insert(stored(&key), None);
-        Ok(())
+        self.with_stored(&key, |host, key| host.on_state(|state| state.delete(key)))
     }
 
     fn state_scan(
@@ -163,24 +171,13 @@ impl host::Host for HostData {
         if limit == 0 || from >= to {
             return Ok(Vec::new());
         }
-        // Deleted keys of this call may hide base entries: read as many more.
-        let hidden = self
-            .writes
-            .range(from.clone()..to.clone())
-            .filter(|(_, value)| value.is_none())
-            .count();
-        let base = self.read(|state| state.scan_limited(&from, &to, limit + hidden))?;
-        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = base.into_iter().collect();
-        for (key, value) in self.writes.range(from..to) {
-            match value {
-                Some(value) => merged.insert(key.clone(), value.clone()),
-                None => merged.remove(key),
-            };
-        }
-        Ok(merged
+        let entries = self.on_state(|state| state.scan_limited(&from, &to, limit))?;
+        Ok(entries
             .into_iter()
-            .take(limit)
-            .map(|(key, value)| (key[keys::WASM_GUEST.len()..].to_vec(), value))
+            .map(|(mut key, value)| {
+                key.drain(..keys::WASM_GUEST.len());
+                (key, value)
+            })
             .collect())
     }
 

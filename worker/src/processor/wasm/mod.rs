@@ -3,10 +3,11 @@
 //!
 //! - **Compiled once per worker** ([`WasmModule::compile`]); each task instantiates it and
 //!   calls `init(config)` once ([`WasmModule::processor`]), then `process` per record.
-//! - **Exactly once like any processor.** A call's state writes and output are buffered and
-//!   handed to the task's overlay only when the call succeeds: a record the guest refuses
-//!   (`bad-record`), or whose call traps, runs out of fuel or out of memory, goes to the
-//!   dead-letter topic with that reason and leaves no trace; the task goes on.
+//! - **Exactly once like any processor.** A call's state writes go to the task's overlay as the
+//!   guest makes them, its output is handed over when the call succeeds: a record the guest
+//!   refuses (`bad-record`), or whose call traps, runs out of fuel or out of memory, is a bad
+//!   record: it goes to the dead-letter topic with that reason, the task undoes its writes (as
+//!   it does any bad record's), and goes on.
 //! - **Sandboxed.** Each record gets a fuel budget, each instance a memory cap; the guest gets
 //!   no files, network, clock (it reads 0, and a sleep is over at once) or randomness (a fixed
 //!   sequence), so replay, standbys and restores run it to the same state. Nothing a guest calls

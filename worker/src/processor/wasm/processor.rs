@@ -64,13 +64,13 @@ impl WasmProcessor {
     }
 
     /// Calls the guest for `record` (and `advance` first when it moves stream time), its reads
-    /// answered from `state`; the call's writes and output are left in the store's data.
+    /// and writes reaching `state`; the call's output is left in the store's data.
     fn call(
         &self,
         live: &mut Live,
         record: &InputRecord<'_>,
         advance_to: Option<i64>,
-        state: &dyn StateAccess,
+        state: &mut dyn StateAccess,
     ) -> Result<(), CallError> {
         let Live { store, bindings } = live;
         store.data_mut().reset();
@@ -159,8 +159,9 @@ impl Processor for WasmProcessor {
         state: &mut dyn StateAccess,
     ) -> Result<ProcessOutput, ProcessError> {
         let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-        // Stream time is only written once the call succeeded: a record the guest fails must
-        // leave no trace. A record without an event time (a job with no `timeField`) cannot
+        // The guest's writes reach `state` as it makes them; a record it fails is a bad record,
+        // whose writes the task undoes (the `Processor` contract). Stream time is written once
+        // the call succeeded. A record without an event time (a job with no `timeField`) cannot
         // move it, so its stored value is not read (a state read per record, in RocksDB).
         let advance_to = match record.event_time_ms {
             Some(time) => {
@@ -171,17 +172,10 @@ impl Processor for WasmProcessor {
         };
         match self.call(&mut live, record, advance_to, state) {
             Ok(()) => {
-                let data = live.store.data_mut();
-                for (key, value) in std::mem::take(&mut data.writes) {
-                    match value {
-                        Some(value) => state.put(&key, value)?,
-                        None => state.delete(&key)?,
-                    }
-                }
                 if let Some(time) = advance_to {
                     stream_time::advance(state, time)?;
                 }
-                let records = std::mem::take(&mut data.emitted)
+                let records = std::mem::take(&mut live.store.data_mut().emitted)
                     .into_iter()
                     .map(|(key, value)| OutputRecord { key, value })
                     .collect();

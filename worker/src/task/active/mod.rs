@@ -28,6 +28,7 @@
 //! - `resume`: resuming the input where the state says, by `input_position`'s rule;
 //! - `identity`: which processor built the state (a check the loop commits).
 
+mod apply;
 mod cadence;
 mod claim;
 mod commit_mark;
@@ -45,5 +46,6 @@ mod resume;
 pub(super) mod sources;
 mod watch;
 
+pub use apply::apply_record;
 pub use commit_mark::last_commit_generations;
 pub use processing_loop::ActiveLoop;

@@ -10,7 +10,7 @@ use super::input_position;
 use super::merge::{Merge, Polled};
 use super::promotion::{PromotionClock, Step};
 use super::sources::{self, Positions, Read, SideTopics, Source};
-use super::{claim, commit_mark, fence, record_size};
+use super::{apply, claim, commit_mark, fence};
 use crate::checkpoint::TaskCheckpoints;
 use crate::failpoint;
 use crate::kafka_client;
@@ -281,19 +281,9 @@ impl<'a> ActiveLoop<'a> {
     ) -> Result<(), TaskError> {
         let changes = std::mem::take(&mut txn.changes);
         let mut overlay = Overlay::with_changes(store, changes);
-        let result = self.pipeline.process_input(input, &mut overlay);
-        // A record whose derived records cannot be produced would wedge the partition: its
-        // changes are undone and it goes to the dead-letter topic instead.
-        let result = result.map(|output| {
-            let lengths = output.records.iter().map(|r| (r.key.len(), r.value.len()));
-            match record_size::first_oversized(lengths, overlay.written()) {
-                None => Ok(output),
-                Some(oversized) => Err(oversized),
-            }
-        });
-        if matches!(result, Ok(Err(_))) {
-            overlay.undo();
-        }
+        // A bad record, or one whose derived records cannot be produced (it would wedge the
+        // partition), leaves no trace and goes to the dead-letter topic instead.
+        let result = apply::apply_record(&self.pipeline, input, &mut overlay);
         txn.changes = overlay.into_changes();
         txn.records += 1;
         txn.positions.set(source, input.offset + 1);
