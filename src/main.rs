@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 use streamkeeper::controller::{Context, Settings};
-use streamkeeper::leader::{LeaderElector, LeaseSettings, Lost};
+use streamkeeper::leader::{LeaderElector, LeaseSettings, Lost, Renewals, RenewalsError};
 use streamkeeper::leader::{Leadership, leader_only_builder};
 use streamkeeper::telemetry::api_requests::CountedRequests;
 use streamkeeper::telemetry::metrics::Metrics;
@@ -147,6 +147,8 @@ enum RunError {
     LeaseTimings,
     #[error("could not start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    #[error(transparent)]
+    Renewals(#[from] RenewalsError),
 }
 
 fn main() -> ExitCode {
@@ -297,7 +299,9 @@ async fn run(args: RunArgs) -> Result<(), RunError> {
         .await
         .map_err(kube::Error::InferConfig)?;
     // The Lease is read and written without the write guard: it is how leadership is kept.
+    // Renewals have a client of their own, on their own thread (see `leader::renewals`).
     let lease_client = Client::try_from(config.clone())?;
+    let renewal_config = config.clone();
     let leadership = Leadership::elected();
     let metrics = Arc::new(Metrics::new());
     let client = leader_only_builder(config, &leadership)?
@@ -336,7 +340,7 @@ async fn run(args: RunArgs) -> Result<(), RunError> {
         retry_period,
         ..LeaseSettings::new(lease_namespace, args.lease_name.clone(), identity.clone())
     };
-    let elector = LeaderElector::new(lease_client, settings, leadership.clone());
+    let elector = LeaderElector::new(lease_client, settings.clone(), leadership.clone());
     tracing::info!(%identity, lease = %args.lease_name, "waiting to lead");
     let mut waiting = stop.clone();
     if !elector.acquire(&mut waiting).await {
@@ -346,7 +350,8 @@ async fn run(args: RunArgs) -> Result<(), RunError> {
     }
     tracing::info!(%identity, namespace = ?args.namespace, "leading: reconciling StatefulStreamJobs");
     metrics.set_leader(true);
-    let result = lead(&args, &elector, client, &metrics, identity, &stop).await;
+    let renewals = Renewals::start(renewal_config, settings, leadership)?;
+    let result = lead(&args, renewals, client, &metrics, identity, &stop).await;
     metrics.set_leader(false);
     result?;
     let _ = server.await;
@@ -357,7 +362,7 @@ async fn run(args: RunArgs) -> Result<(), RunError> {
 /// has drained the reconciles (still renewing meanwhile) and the Lease is released.
 async fn lead(
     args: &RunArgs,
-    elector: &LeaderElector,
+    mut renewals: Renewals,
     client: Client,
     metrics: &Arc<Metrics>,
     identity: String,
@@ -381,7 +386,7 @@ async fn lead(
                 cluster_id,
             },
         )
-        .with_leadership(elector.leadership().clone()),
+        .with_leadership(renewals.leadership().clone()),
     );
     // SIGTERM: the controller finishes its reconciles while the Lease is still renewed, then
     // the Lease is released. A lost Lease: the controller is dropped at once, aborting the
@@ -393,13 +398,13 @@ async fn lead(
         fired(stop.clone()),
     );
     tokio::select! {
-        lost = elector.keep_renewing() => {
+        lost = renewals.lost() => {
             tracing::error!(%lost, "lost the leader Lease; aborting reconciles and exiting");
             return Err(RunError::LostLeadership(lost));
         }
         () = controller => {}
     }
-    if let Err(error) = elector.give_up().await {
+    if let Err(error) = renewals.release().await {
         tracing::warn!(%error, "could not release the Lease; another replica takes over when it expires");
     } else {
         tracing::info!("released the leader Lease");
