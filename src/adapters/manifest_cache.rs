@@ -45,25 +45,10 @@ struct JobManifests {
     tasks: BTreeMap<u32, TaskManifests>,
 }
 
-impl JobManifests {
-    fn kept(&self) -> usize {
-        self.tasks.values().map(BTreeMap::len).sum()
-    }
-}
-
 /// The manifests kept for every job this process reconciles, by job (`namespace/name`).
 #[derive(Default)]
 pub struct ManifestCache {
-    jobs: Mutex<Jobs>,
-}
-
-/// The jobs' manifests, and how many there are over all jobs (kept as they change: the gauge
-/// is read after every refresh, and walking every job's tasks for it would cost a fleet's
-/// operator time in proportion to its jobs on each job's refresh).
-#[derive(Default)]
-struct Jobs {
-    by_job: HashMap<String, JobManifests>,
-    kept: usize,
+    jobs: Mutex<HashMap<String, JobManifests>>,
 }
 
 /// The manifest `kept` holds for `object`, if it was read with the ETag it is listed with now.
@@ -73,7 +58,7 @@ fn still_valid<'a>(kept: &'a TaskManifests, object: &Listed) -> Option<&'a Read>
 }
 
 impl ManifestCache {
-    fn jobs(&self) -> MutexGuard<'_, Jobs> {
+    fn jobs(&self) -> MutexGuard<'_, HashMap<String, JobManifests>> {
         self.jobs.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -86,7 +71,6 @@ impl ManifestCache {
     ) -> Vec<Listed> {
         let jobs = self.jobs();
         let kept = jobs
-            .by_job
             .get(job)
             .filter(|kept| kept.location == location)
             .and_then(|kept| kept.tasks.get(&task));
@@ -107,17 +91,14 @@ impl ManifestCache {
         read: Vec<(Listed, Option<CheckpointManifest>)>,
     ) -> Vec<CheckpointManifest> {
         let mut jobs = self.jobs();
-        let Jobs { by_job, kept } = &mut *jobs;
-        let entry = by_job.entry(job.to_string()).or_default();
+        let entry = jobs.entry(job.to_string()).or_default();
         if entry.location != location {
-            *kept -= entry.kept();
             *entry = JobManifests {
                 location: location.to_string(),
                 tasks: BTreeMap::new(),
             };
         }
         let old = entry.tasks.remove(&task).unwrap_or_default();
-        *kept -= old.len();
         let mut fresh: TaskManifests = BTreeMap::new();
         let mut manifests = Vec::new();
         for (object, manifest) in read {
@@ -136,22 +117,22 @@ impl ManifestCache {
                 fresh.insert(object.key.clone(), read.clone());
             }
         }
-        *kept += fresh.len();
         entry.tasks.insert(task, fresh);
         manifests
     }
 
     /// Drops what was kept for `job` (`namespace/name`), once it is deleted.
     pub fn forget(&self, job: &str) {
-        let mut jobs = self.jobs();
-        if let Some(forgotten) = jobs.by_job.remove(job) {
-            jobs.kept -= forgotten.kept();
-        }
+        self.jobs().remove(job);
     }
 
     /// How many manifests are kept, over every job: the gauge of what this cache holds.
     pub fn len(&self) -> usize {
-        self.jobs().kept
+        self.jobs()
+            .values()
+            .flat_map(|job| job.tasks.values())
+            .map(BTreeMap::len)
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {

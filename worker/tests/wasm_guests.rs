@@ -23,7 +23,6 @@ use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use streamkeeper_worker::processor::wasm::{WasmError, WasmLimits, WasmModule};
 use streamkeeper_worker::processor::{
     CountProcessor, MemoryState, Pipeline, ProcessError, ProcessOutput, RawInput, RecordDecoder,
-    Side,
 };
 use streamkeeper_worker::store::{ChangeSet, Overlay, RocksStore};
 use streamkeeper_worker::task::apply_record;
@@ -77,15 +76,7 @@ fn run_in_task(
     offset: i64,
     json: &str,
 ) -> Result<(u64, bool), String> {
-    let input = RawInput {
-        side: Side::Left,
-        kafka_key: None,
-        payload: Some(json.as_bytes()),
-        partition: 0,
-        offset,
-        timestamp_ms: None,
-        headers: Vec::new(),
-    };
+    let input = RawInput::left(json.as_bytes(), 0, offset, None);
     let applied = apply_record(pipeline, &input, overlay)
         .map(|fits| fits.unwrap_or_else(|oversized| panic!("{oversized}")));
     answered(applied, json)

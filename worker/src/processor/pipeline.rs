@@ -32,6 +32,21 @@ pub struct RawInput<'a> {
     pub headers: Vec<(&'a str, Option<&'a [u8]>)>,
 }
 
+impl<'a> RawInput<'a> {
+    /// A record of the (only or left) input with a value, no Kafka key and no headers.
+    pub fn left(payload: &'a [u8], partition: i32, offset: i64, timestamp_ms: Option<i64>) -> Self {
+        Self {
+            side: Side::Left,
+            kafka_key: None,
+            payload: Some(payload),
+            partition,
+            offset,
+            timestamp_ms,
+            headers: Vec::new(),
+        }
+    }
+}
+
 /// Decodes each raw input value and applies the processor to it.
 pub struct Pipeline {
     decoder: RecordDecoder,
@@ -108,15 +123,7 @@ impl Pipeline {
         record_timestamp_ms: Option<i64>,
         state: &mut dyn StateAccess,
     ) -> Result<ProcessOutput, ProcessError> {
-        let input = RawInput {
-            side: Side::Left,
-            kafka_key: None,
-            payload: Some(raw),
-            partition,
-            offset,
-            timestamp_ms: record_timestamp_ms,
-            headers: Vec::new(),
-        };
+        let input = RawInput::left(raw, partition, offset, record_timestamp_ms);
         self.process_input(&input, state)
     }
 

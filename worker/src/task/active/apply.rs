@@ -37,7 +37,7 @@ pub fn apply_record(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::processor::{InputRecord, Processor, RecordDecoder, Side, StateAccess, StateError};
+    use crate::processor::{InputRecord, Processor, RecordDecoder, StateAccess, StateError};
     use crate::store::test_support::open_empty;
     use crate::store::{ChangeSet, StateStore};
 
@@ -70,15 +70,7 @@ mod tests {
     }
 
     fn input(payload: &[u8]) -> RawInput<'_> {
-        RawInput {
-            side: Side::Left,
-            kafka_key: None,
-            payload: Some(payload),
-            partition: 0,
-            offset: 0,
-            timestamp_ms: None,
-            headers: Vec::new(),
-        }
+        RawInput::left(payload, 0, 0, None)
     }
 
     fn keys(changes: &ChangeSet) -> Vec<String> {
